@@ -1,0 +1,5 @@
+import sys
+
+from albertlm.cli import main
+
+sys.exit(main())

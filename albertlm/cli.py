@@ -1,0 +1,49 @@
+"""The one entry point: ``albertlm <command> ...``.
+
+Each subcommand lives in ``albertlm/commands/<name>.py`` and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` (called with the parsed args, returns an exit code). Imports are lazy in
+the sense that only argparse wiring runs at start-up; heavy work happens inside ``func``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module under albertlm.commands) in the order `albertlm --help` lists them
+COMMANDS = ["params", "forward", "convert", "tokenizer"]
+
+
+class UserError(Exception):
+    """A problem with the user's input: printed as one clear line, exit code 2, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"albertlm.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, FileNotFoundError, ValueError, PermissionError, IsADirectoryError) as e:
+        print(f"albertlm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"albertlm {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

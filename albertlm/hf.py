@@ -1,0 +1,255 @@
+"""HuggingFace and original-TensorFlow checkpoint interoperability: the declarative key maps.
+
+Our modules carry HF's names, so an HF state dict differs from ours only by the rules in
+``HF_RULES`` (prefix, the tied decoder, buffers HF once saved). The original TF names map through
+``TF_RULES`` (spec section 3). Nothing is ever unpickled unsafely: ``.bin`` files are read with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from albertlm.config import AlbertConfig
+
+if TYPE_CHECKING:
+    from albertlm.model import AlbertPreTrainedModel
+
+WEIGHTS_SAFETENSORS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+WEIGHTS_BIN = "pytorch_model.bin"
+
+# Keys an HF checkpoint may hold that our model does not: (pattern, why dropped).
+HF_IGNORED = (
+    (r"(albert\.)?embeddings\.position_ids$", "a buffer legacy HF saves wrote"),
+    (r"predictions\.decoder\.weight$", "tied to the word embedding"),
+    (r"predictions\.decoder\.bias$", "the same tensor as predictions.bias"),
+)
+# Head keys newly initialised when a checkpoint of another head is loaded (HF's behaviour).
+HEAD_PREFIXES = ("classifier.", "qa_outputs.", "sop_classifier.", "predictions.", "start_logits.", "end_",
+                 "answer_")
+
+# Original TF variable -> HF key, applied in order (spec section 3). Kernels are [in, out]: transposed.
+TF_RULES: tuple[tuple[str, str], ...] = (
+    (r"^bert/embeddings/(word|position|token_type)_embeddings$", r"albert.embeddings.\1_embeddings.weight"),
+    (r"^bert/embeddings/LayerNorm/(gamma|beta)$", r"albert.embeddings.LayerNorm.\1"),
+    (r"^bert/encoder/embedding_hidden_mapping_in/(kernel|bias)$", r"albert.encoder.embedding_hidden_mapping_in.\1"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/attention_1/self/(query|key|value)/(kernel|bias)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.\3.\4"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/attention_1/output/dense/(kernel|bias)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.dense.\3"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/LayerNorm/(gamma|beta)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.LayerNorm.\3"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/ffn_1/intermediate/dense/(kernel|bias)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.ffn.\3"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/ffn_1/intermediate/output/dense/(kernel|bias)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.ffn_output.\3"),
+    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/LayerNorm_1/(gamma|beta)$",
+     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.full_layer_layer_norm.\3"),
+    (r"^bert/pooler/dense/(kernel|bias)$", r"albert.pooler.\1"),
+    (r"^cls/predictions/transform/dense/(kernel|bias)$", r"predictions.dense.\1"),
+    (r"^cls/predictions/transform/LayerNorm/(gamma|beta)$", r"predictions.LayerNorm.\1"),
+    (r"^cls/predictions/output_bias$", r"predictions.bias"),
+    (r"^cls/seq_relationship/output_weights$", r"sop_classifier.classifier.weight"),
+    (r"^cls/seq_relationship/output_bias$", r"sop_classifier.classifier.bias"),
+)
+_TF_SUFFIX = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias"}
+_TF_SKIP = re.compile(r"(adam_[mv]|global_step|lamb_[mv]|/Momentum)")
+
+# Our class name -> the transformers class that loads it (written into config.json "architectures").
+HF_ARCHITECTURES = {
+    "AlbertModel": "AlbertModel",
+    "AlbertForPreTraining": "AlbertForPreTraining",
+    "AlbertForMaskedLM": "AlbertForMaskedLM",
+    "AlbertForSequenceClassification": "AlbertForSequenceClassification",
+    "AlbertForTokenClassification": "AlbertForTokenClassification",
+    "AlbertForQuestionAnswering": "AlbertForQuestionAnswering",
+    "AlbertForMultipleChoice": "AlbertForMultipleChoice",
+}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model: names the offending keys or shapes."""
+
+
+# --------------------------------------------------------------------------- TF names
+def tf_to_hf_name(name: str) -> tuple[str, bool] | None:
+    """Original TF variable name -> (HF key, needs transpose); None for optimizer slots and counters."""
+    if _TF_SKIP.search(name):
+        return None
+    for pattern, repl in TF_RULES:
+        if re.match(pattern, name):
+            key = re.sub(pattern, repl, name)
+            head, _, last = key.rpartition(".")
+            if last in _TF_SUFFIX:
+                key = f"{head}.{_TF_SUFFIX[last]}"
+            # Dense kernels are [in, out]; the SOP output_weights are already [2, H] like torch.
+            return key, name.endswith("/kernel")
+    raise CheckpointError(f"unknown TF variable {name!r}: no rule in albertlm.hf.TF_RULES maps it")
+
+
+def tf_to_hf_state_dict(variables: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """{TF variable name: array} (e.g. from tf.train.load_checkpoint) -> an HF-layout state dict."""
+    out = {}
+    for name, value in variables.items():
+        mapped = tf_to_hf_name(name)
+        if mapped is None:
+            continue
+        key, transpose = mapped
+        t = torch.as_tensor(value)
+        out[key] = t.t().contiguous() if transpose else t
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of an HF directory: safetensors (single or sharded) or a legacy pytorch_model.bin."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: not a directory; pass the folder holding config.json")
+    if (d / WEIGHTS_SAFETENSORS).exists():
+        return _load_safetensors(d / WEIGHTS_SAFETENSORS)
+    if (d / WEIGHTS_INDEX).exists():
+        index = json.loads((d / WEIGHTS_INDEX).read_text())
+        sd: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            sd.update(_load_safetensors(d / shard))
+        return sd
+    if (d / WEIGHTS_BIN).exists():
+        try:
+            # weights_only: a pickle holding anything but tensors is refused, never executed.
+            sd = torch.load(d / WEIGHTS_BIN, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError...
+            raise CheckpointError(f"{d / WEIGHTS_BIN}: cannot be read as a tensor-only checkpoint ({e})") from None
+        if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+            raise CheckpointError(f"{d / WEIGHTS_BIN}: expected a dict of tensors")
+        return sd
+    raise FileNotFoundError(f"{d}: no {WEIGHTS_SAFETENSORS}, {WEIGHTS_INDEX} or {WEIGHTS_BIN} found")
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises SafetensorError on a truncated or corrupt header
+        raise CheckpointError(f"{path}: not a valid safetensors file ({e})") from None
+
+
+def hf_to_ours(sd: dict[str, torch.Tensor], model: AlbertPreTrainedModel) -> dict[str, torch.Tensor]:
+    """Apply HF_RULES: drop tied/buffer keys, add or strip the ``albert.`` prefix, fold the projection."""
+    has_base = hasattr(model, "albert")
+    out: dict[str, torch.Tensor] = {}
+    decoder_bias = None
+    for key, value in sd.items():
+        if key.endswith("predictions.decoder.bias"):
+            decoder_bias = value
+        if any(re.search(p, key) for p, _ in HF_IGNORED):
+            continue
+        if has_base and not key.startswith("albert.") and not key.startswith(HEAD_PREFIXES):
+            key = "albert." + key  # a bare AlbertModel checkpoint loaded under a task head
+        elif not has_base and key.startswith("albert."):
+            key = key[len("albert.") :]
+        out[key] = value
+    if decoder_bias is not None and "predictions.bias" not in out:
+        out["predictions.bias"] = decoder_bias  # legacy saves with only the decoder's copy
+
+    prefix = "albert." if has_base else ""
+    proj = f"{prefix}encoder.embedding_hidden_mapping_in."
+    if not model.config.project_embeddings:
+        w, b = out.pop(proj + "weight", None), out.pop(proj + "bias", None)
+        if w is not None and not (torch.equal(w, torch.eye(w.shape[0], dtype=w.dtype)) and not b.any()):
+            raise CheckpointError(
+                f"{proj}weight is not the identity but the config says project_embeddings=false; "
+                "set project_embeddings=true to load this checkpoint"
+            )
+    return out
+
+
+def load_into(model: AlbertPreTrainedModel, sd: dict[str, torch.Tensor], source: str = "checkpoint") -> list[str]:
+    """Copy an HF-layout state dict into ``model``; returns the newly initialised head keys."""
+    sd = hf_to_ours(sd, model)
+    own = model.state_dict()
+    head_like = lambda k: k.startswith(HEAD_PREFIXES)  # noqa: E731
+    missing = [k for k in own if k not in sd]
+    unexpected = [k for k in sd if k not in own]
+    bad_missing = [k for k in missing if not head_like(k)]
+    bad_unexpected = [k for k in unexpected if not head_like(k)]
+    if bad_missing or bad_unexpected:
+        msg = [f"{source} does not match {type(model).__name__}({_describe(model.config)})"]
+        if bad_missing:
+            msg.append(f"missing keys: {_short(bad_missing)}")
+        if bad_unexpected:
+            msg.append(f"unexpected keys: {_short(bad_unexpected)}")
+        msg.append("check num_hidden_groups / inner_group_num / sharing in config.json")
+        raise CheckpointError("; ".join(msg))
+    shapes = [f"{k}: checkpoint {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
+              for k in own if k in sd and sd[k].shape != own[k].shape]
+    if shapes:
+        raise CheckpointError(f"{source}: shape mismatch: " + "; ".join(shapes[:8]))
+    _check_shared_copies(model, sd, source)
+    with torch.no_grad():
+        for k, t in own.items():
+            if k in sd:
+                t.copy_(sd[k])
+    return [k for k in missing if head_like(k)]
+
+
+def _check_shared_copies(model: AlbertPreTrainedModel, sd: dict[str, torch.Tensor], source: str) -> None:
+    """With partial sharing, one tensor has several keys: their checkpoint copies must agree."""
+    by_tensor: dict[int, str] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        first = by_tensor.setdefault(id(t), name)
+        if first != name and name in sd and first in sd and not torch.equal(sd[first], sd[name]):
+            raise CheckpointError(
+                f"{source}: {name} differs from {first}, but sharing={model.config.sharing!r} makes them "
+                "one tensor; load with the sharing mode the checkpoint was trained with"
+            )
+
+
+def _describe(c: AlbertConfig) -> str:
+    return f"L={c.num_hidden_layers}, G={c.num_hidden_groups}, K={c.inner_group_num}, sharing={c.sharing}"
+
+
+def _short(keys: list[str], n: int = 6) -> str:
+    return ", ".join(keys[:n]) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
+
+
+def load_pretrained(cls: type, directory: str | Path, **config_overrides: Any) -> AlbertPreTrainedModel:
+    config = AlbertConfig.load(directory)
+    if config_overrides:
+        config = config.replace(**config_overrides)
+    model = cls(config)
+    fresh = load_into(model, read_state_dict(directory), source=str(directory))
+    model.newly_initialized_keys = fresh
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- writing
+def ours_to_hf(model: AlbertPreTrainedModel) -> dict[str, torch.Tensor]:
+    """Our state dict in the HF layout: shared tensors written once per key, identity projection added."""
+    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    c = model.config
+    if not c.project_embeddings:
+        prefix = "albert." if hasattr(model, "albert") else ""
+        ref = next(iter(sd.values()))
+        sd[f"{prefix}encoder.embedding_hidden_mapping_in.weight"] = torch.eye(c.hidden_size, dtype=ref.dtype)
+        sd[f"{prefix}encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(c.hidden_size, dtype=ref.dtype)
+    return sd
+
+
+def save_pretrained(model: AlbertPreTrainedModel, directory: str | Path) -> Path:
+    """config.json + model.safetensors, each written to a temp name and renamed (never half-written)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    name = type(model).__name__
+    model.config.save(d, architectures=[HF_ARCHITECTURES.get(name, name)])
+    tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
+    save_file(ours_to_hf(model), str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, d / WEIGHTS_SAFETENSORS)
+    return d
