@@ -75,7 +75,11 @@ def outputs(name: str, model, ids, mask, types, hf: bool) -> dict[str, torch.Ten
     return {"logits": out.logits}
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"G{c['num_hidden_groups']}K{c['inner_group_num']}-{c['hidden_act']}")
+def config_id(c: dict) -> str:
+    return f"G{c['num_hidden_groups']}K{c['inner_group_num']}E{c['embedding_size']}-{c['hidden_act']}"
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=config_id)
 @pytest.mark.parametrize("name,ours_cls", HEADS, ids=[h[0] for h in HEADS])
 def test_hf_to_ours_and_back(tmp_path, cfg, name, ours_cls):
     torch.manual_seed(0)

@@ -1,0 +1,123 @@
+"""``albertlm tokenizer``: train a SentencePiece / WordPiece vocabulary, or encode text with one.
+
+albertlm tokenizer train --input corpus/en --out tok/en --kind sentencepiece --vocab-size 30000
+albertlm tokenizer train --input corpus/zh --out tok/zh --kind wordpiece --vocab-size 21128
+albertlm tokenizer encode --tokenizer tok/en --text "Hello world"
+cat lines.txt | albertlm tokenizer encode --tokenizer tok/en --pieces
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tokenizer", help="train or apply a SentencePiece / WordPiece tokenizer")
+    sub = parser.add_subparsers(dest="tokenizer_command", metavar="ACTION")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    train = sub.add_parser("train", help="train a vocabulary on text files (one sentence per line)")
+    train.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        metavar="FILE_OR_DIR",
+        help="text files, or directories meaning every *.txt inside",
+    )
+    train.add_argument(
+        "--out", required=True, help="directory to write spiece.model or vocab.txt (+ tokenizer_config.json)"
+    )
+    train.add_argument(
+        "--kind",
+        choices=["sentencepiece", "wordpiece"],
+        default="sentencepiece",
+        help="sentencepiece: English ALBERT spiece.model; wordpiece: Chinese BERT vocab.txt",
+    )
+    train.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="vocabulary size (default 30000 for sentencepiece, 21128 for wordpiece)",
+    )
+    train.add_argument("--no-lowercase", action="store_true", help="keep case (ALBERT lowercases by default)")
+    train.add_argument(
+        "--input-sentence-size",
+        type=int,
+        default=2_000_000,
+        help="sentencepiece: lines sampled from the corpus for training (keeps memory bounded)",
+    )
+    train.add_argument("--seed", type=int, default=0, help="sentencepiece: seed for the line sampling")
+    train.add_argument(
+        "--albert-user-symbols",
+        action="store_true",
+        help="sentencepiece: add albert-base-v2's user symbols ( ) \" - . – £ € at ids 5-12 "
+        "(transformers 5 then tokenizes text around them differently)",
+    )
+    train.set_defaults(func=_train)
+
+    enc = sub.add_parser("encode", help="print token ids (or pieces) as one JSON line per input line")
+    enc.add_argument(
+        "--tokenizer", required=True, help="directory holding spiece.model or vocab.txt, or the file"
+    )
+    enc.add_argument("--text", default=None, help="text to encode (default: read lines from stdin)")
+    enc.add_argument("--pieces", action="store_true", help="also print the pieces")
+    enc.add_argument("--no-special-tokens", action="store_true", help="leave out [CLS] and [SEP]")
+    enc.set_defaults(func=_encode)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from albertlm.cli import UserError
+    from albertlm.tokenizer import expand_inputs, train_sentencepiece, train_wordpiece
+
+    vocab_size = args.vocab_size or (30000 if args.kind == "sentencepiece" else 21128)
+    if vocab_size < 10:
+        raise UserError(f"--vocab-size {vocab_size} is too small; use a few thousand or more")
+    try:
+        files = expand_inputs(args.input)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(f"--input: {e}") from None
+    start = time.time()
+    lower = not args.no_lowercase
+    if args.kind == "sentencepiece":
+        from albertlm.tokenizer import ALBERT_USER_SYMBOLS
+
+        tok = train_sentencepiece(
+            files,
+            args.out,
+            vocab_size=vocab_size,
+            lowercase=lower,
+            input_sentence_size=args.input_sentence_size,
+            seed=args.seed,
+            user_defined_symbols=ALBERT_USER_SYMBOLS if args.albert_user_symbols else (),
+            progress=True,
+        )
+        written = Path(args.out) / "spiece.model"
+    else:
+        tok = train_wordpiece(files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True)
+        written = Path(args.out) / "vocab.txt"
+    print(
+        f"wrote {args.kind} vocab of {tok.vocab_size} tokens (lowercase={lower}) from {len(files)} files to "
+        f"{written} and tokenizer_config.json in {time.time() - start:.1f}s"
+    )
+    return 0
+
+
+def _encode(args: argparse.Namespace) -> int:
+    from albertlm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer)
+    lines = iter([args.text]) if args.text is not None else (line.rstrip("\n") for line in sys.stdin)
+    add = not args.no_special_tokens
+    # Chunks keep memory bounded on long stdin streams, yet give the C++ encoders big batches.
+    while chunk := list(itertools.islice(lines, 10_000)):
+        for ids in tok.encode_batch(chunk, add_special_tokens=add):
+            row: dict = {"ids": ids}
+            if args.pieces:
+                row["pieces"] = tok.convert_ids_to_tokens(ids)
+            print(json.dumps(row, ensure_ascii=False))
+    return 0

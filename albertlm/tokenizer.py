@@ -1,0 +1,614 @@
+"""SentencePiece (English ALBERT) and WordPiece (Chinese ALBERT) behind one interface (spec section 5).
+
+Both produce the ids that ``transformers`` gives for the same files (``AlbertTokenizer`` for
+``spiece.model``, ``BertTokenizer`` for ``vocab.txt``), with one deliberate exception that follows the
+original ALBERT code rather than HF: the digit-comma split (see ``SentencePieceTokenizer``).
+``tests/test_tokenizer.py`` holds the parity tests. Special-token strings in the text (``[MASK]``,
+``<unk>``, ...) map to their ids, as in HF; the corpus keeps WikiText's ``<unk>`` for exactly this.
+
+    tok = load_tokenizer("path/to/spiece.model")        # or a directory holding spiece.model / vocab.txt
+    ids, types = tok.encode_pair("first segment", "second segment", max_length=128)
+    rows = tok.encode_batch(lines)                        # the fast path for whole corpora
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import tempfile
+import unicodedata
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+SPIECE_UNDERLINE = "▁"
+SPM_FILE, VOCAB_FILE, CONFIG_FILE = "spiece.model", "vocab.txt", "tokenizer_config.json"
+# Original ALBERT spm_train flags (README of google-research/albert) minus --user_defined_symbols: see
+# train_sentencepiece for why those are opt-in.
+ALBERT_USER_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
+# Single punctuation pieces count as word starts in the original whole-word masking (_is_start_piece).
+_TOKEN_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+_START_PUNCT = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+_DIGIT_COMMA = re.compile(r"\d,")
+
+
+class Tokenizer:
+    """The interface the data pipeline and tasks use; subclasses implement the ``_``-prefixed hooks."""
+
+    kind: str
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    lowercase: bool
+    file: Path  # the vocabulary file this tokenizer was loaded from
+    file_name: str  # the name HF expects it under: spiece.model or vocab.txt
+
+    # --- hooks -------------------------------------------------------------------------------------
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        raise NotImplementedError
+
+    def convert_ids_to_tokens(self, ids: Iterable[int] | int) -> list[str]:
+        raise NotImplementedError
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str] | str) -> list[int]:
+        raise NotImplementedError
+
+    def word_start_mask(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        raise NotImplementedError
+
+    def _hf_config(self) -> dict:
+        raise NotImplementedError
+
+    def save(self, directory: str | Path) -> None:
+        """The vocabulary file plus a ``tokenizer_config.json`` that ``AutoTokenizer`` understands."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / self.file_name
+        if self.file.resolve() != target.resolve():
+            shutil.copyfile(self.file, target)
+        config = {**self._hf_config(), "model_max_length": 512}
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+        (directory / CONFIG_FILE).write_text(text, encoding="utf-8")
+
+    # --- shared behaviour --------------------------------------------------------------------------
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+
+    def _with_specials(self, ids: list[int]) -> list[int]:
+        return [self.cls_id, *ids, self.sep_id]
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.convert_ids_to_tokens(self.encode(text, add_special_tokens=False))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+
+    def encode_pair(self, a: str, b: str, max_length: int | None = None) -> tuple[list[int], list[int]]:
+        """``[CLS] A [SEP] B [SEP]`` with token types 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``."""
+        ids_a, ids_b = self.encode_batch([a, b])
+        return self._pair(ids_a, ids_b, max_length)
+
+    def _pair(
+        self, ids_a: list[int], ids_b: list[int], max_length: int | None
+    ) -> tuple[list[int], list[int]]:
+        if max_length is not None:
+            ids_a, ids_b = truncate_pair(ids_a, ids_b, max_length - 3)
+        ids = [self.cls_id, *ids_a, self.sep_id, *ids_b, self.sep_id]
+        return ids, [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+
+    def batch_encode(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        max_length: int | None = None,
+        padding: bool = True,
+        return_tensors: str | None = None,
+    ) -> dict:
+        """``input_ids``, ``token_type_ids``, ``attention_mask``, padded to the longest row with pad_id."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(
+                f"batch_encode: {len(texts)} texts but {len(pairs)} pairs; give one pair per text"
+            )
+        if max_length is not None and max_length < (3 if pairs is not None else 2):
+            raise ValueError(f"batch_encode: max_length={max_length} leaves no room for the special tokens")
+        first = self.encode_batch(texts)
+        if pairs is None:
+            rows = [
+                self._with_specials(ids if max_length is None else ids[: max_length - 2]) for ids in first
+            ]
+            types = [[0] * len(r) for r in rows]
+        else:
+            both = [
+                self._pair(a, b, max_length) for a, b in zip(first, self.encode_batch(pairs), strict=True)
+            ]
+            rows, types = [r for r, _ in both], [t for _, t in both]
+        masks = [[1] * len(r) for r in rows]
+        if padding or return_tensors is not None:  # tensors need rectangular rows
+            width = max((len(r) for r in rows), default=0)
+            rows = [r + [self.pad_id] * (width - len(r)) for r in rows]
+            types = [t + [0] * (width - len(t)) for t in types]
+            masks = [m + [0] * (width - len(m)) for m in masks]
+        out = {"input_ids": rows, "token_type_ids": types, "attention_mask": masks}
+        if return_tensors == "pt":
+            import torch
+
+            return {k: torch.tensor(v, dtype=torch.long) for k, v in out.items()}
+        if return_tensors is not None:
+            raise ValueError(f"batch_encode: return_tensors={return_tensors!r}; use None or 'pt'")
+        return out
+
+    def encode_words(self, words: list[str]) -> tuple[list[int], list[bool]]:
+        """Ids of pre-segmented words (e.g. jieba output) and a flag per id: True on each word's first
+        token. Chinese whole-word masking masks a word's tokens together; WordPiece alone cannot see
+        word boundaries inside a run of CJK characters."""
+        ids: list[int] = []
+        starts: list[bool] = []
+        for word_ids in self.encode_batch(list(words)):
+            ids.extend(word_ids)
+            starts.extend([True] + [False] * (len(word_ids) - 1) if word_ids else [])
+        return ids, starts
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        return load_tokenizer(directory)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+
+
+def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
+    """Original BERT/ALBERT ``_truncate_seq_pair``: drop from the end of the longer side (B on ties)."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > max(max_tokens, 0):
+        (a if len(a) > len(b) else b).pop()
+    return a, b
+
+
+# --- SentencePiece ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def _combining_marks() -> re.Pattern:
+    # Original ALBERT drops chars with unicodedata.combining(c) != 0; one regex class does it at C speed.
+    # (every code point with a nonzero combining class lies in U+0300..U+1EFFF)
+    marks = [chr(c) for c in range(0x300, 0x1F000) if unicodedata.combining(chr(c))]
+    return re.compile("[" + "".join(re.escape(m) for m in marks) + "]")
+
+
+def preprocess_text(text: str, lowercase: bool = True, keep_accents: bool = False) -> str:
+    """ALBERT's ``tokenization.preprocess_text``: collapse whitespace, ``` `` ``` and ``''`` to ``"``,
+    NFKD and drop combining marks (accents), lowercase. Used identically for training and encoding."""
+    text = " ".join(text.split()).replace("``", '"').replace("''", '"')
+    if not keep_accents and not text.isascii():  # NFKD is the identity on ASCII: skip the work
+        text = _combining_marks().sub("", unicodedata.normalize("NFKD", text))
+    return text.lower() if lowercase else text
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """ALBERT's ``spiece.model``: ALBERT preprocessing, the unigram model, then the digit-comma split.
+
+    The original ``encode_pieces`` re-splits a piece ending in ``<digit>,`` (e.g. ``▁194`` ``2,`` becomes
+    ``▁194`` ``2`` ``,``) so numbers are not glued to the comma. HF's slow AlbertTokenizer did the same;
+    the ``tokenizers``-based one in transformers 5 does not, so on such lines our ids differ from HF's by
+    exactly that split (the parity test checks that this is the only difference).
+    """
+
+    kind = "sentencepiece"
+    file_name = SPM_FILE
+
+    def __init__(self, model_file: str | Path, lowercase: bool = True, keep_accents: bool = False):
+        import sentencepiece as spm
+
+        path = _existing_file(model_file, "a SentencePiece model (spiece.model)")
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.load(str(path))
+        except (OSError, RuntimeError) as e:
+            raise ValueError(
+                f"{path} is not a valid SentencePiece model ({e}); pass an ALBERT spiece.model or train one "
+                "with `albertlm tokenizer train --kind sentencepiece`"
+            ) from None
+        self.file, self.lowercase, self.keep_accents = path, lowercase, keep_accents
+        self.vocab_size = self.sp.get_piece_size()
+        self.unk_id = self.sp.unk_id()
+        ids = {p: self.sp.piece_to_id(p) for p in ("<pad>", "[CLS]", "[SEP]", "[MASK]")}
+        missing = [p for p, i in ids.items() if i == self.unk_id]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the ALBERT special pieces {missing}: ALBERT needs <pad> [CLS] [SEP] [MASK] "
+                "(train with `albertlm tokenizer train --kind sentencepiece`)"
+            )
+        self.pad_id, self.cls_id, self.sep_id, self.mask_id = (
+            ids[p] for p in ("<pad>", "[CLS]", "[SEP]", "[MASK]")
+        )
+        self._special_pieces = {self.sp.id_to_piece(i): i for i in self.special_ids}
+        # Longest first so that no special string shadows a longer one.
+        alts = sorted(self._special_pieces, key=len, reverse=True)
+        self._special_re = re.compile("(" + "|".join(re.escape(p) for p in alts) + ")")
+        self._threads = max(1, min(8, os.cpu_count() or 1))
+
+    def _pieces_with_digit_comma_split(self, text: str) -> list[int]:
+        out: list[int] = []
+        for piece in self.sp.encode(text, out_type=str):
+            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+                cur = self.sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
+                if piece[0] != SPIECE_UNDERLINE and cur and cur[0][0] == SPIECE_UNDERLINE:
+                    cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:], *cur[1:]]
+                out.extend(self.sp.piece_to_id(p) for p in [*cur, piece[-1]])
+            else:
+                out.append(self.sp.piece_to_id(piece))
+        return out
+
+    def _encode_clean(self, texts: list[str]) -> list[list[int]]:
+        """Preprocessed, special-free texts -> ids; the C++ batch encoder does the bulk."""
+        rows = self.sp.encode(texts, out_type=int, num_threads=self._threads) if texts else []
+        for i, t in enumerate(texts):
+            # \d after NFKD covers every digit str.isdigit() sees in a piece
+            if _DIGIT_COMMA.search(t):
+                rows[i] = self._pieces_with_digit_comma_split(t)
+        return rows
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        # Texts holding a special string are split around it and each chunk is encoded on its own (each
+        # gets SentencePiece's dummy "▁" prefix), which is what HF's added-token matching does.
+        plain, plain_idx, mixed = [], [], []
+        for i, t in enumerate(texts):
+            if self._special_re.search(t):
+                mixed.append(i)
+            else:
+                plain.append(preprocess_text(t, self.lowercase, self.keep_accents))
+                plain_idx.append(i)
+        out: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(plain_idx, self._encode_clean(plain), strict=True):
+            out[i] = ids
+        for i in mixed:
+            for n, chunk in enumerate(self._special_re.split(texts[i])):
+                if n % 2:
+                    out[i].append(self._special_pieces[chunk])
+                elif chunk := preprocess_text(chunk, self.lowercase, self.keep_accents):
+                    out[i].extend(self._encode_clean([chunk])[0])
+        return [self._with_specials(r) for r in out] if add_special_tokens else out
+
+    def convert_ids_to_tokens(self, ids: Iterable[int] | int) -> list[str]:
+        ids = [ids] if isinstance(ids, int) else list(ids)
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str] | str) -> list[int]:
+        tokens = [tokens] if isinstance(tokens, str) else tokens
+        return [self.sp.piece_to_id(t) for t in tokens]
+
+    def word_start_mask(self) -> np.ndarray:
+        # Original create_pretraining_data._is_start_piece: "▁"- or "<"-prefixed, or one punctuation char.
+        pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+        mask = np.array(
+            [p.startswith((SPIECE_UNDERLINE, "<")) or p in _START_PUNCT for p in pieces], dtype=bool
+        )
+        mask[list(self.special_ids)] = True
+        return mask
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        words: list[str] = []
+        run: list[int] = []
+        for i in map(int, ids):
+            if i in self.special_ids:
+                if skip_special_tokens:
+                    continue
+                words += [self.sp.decode(run), self.sp.id_to_piece(i)] if run else [self.sp.id_to_piece(i)]
+                run = []
+            else:
+                run.append(i)
+        if run:
+            words.append(self.sp.decode(run))
+        return " ".join(w for w in words if w)
+
+    def _hf_config(self) -> dict:
+        return {
+            "tokenizer_class": "AlbertTokenizer",
+            "do_lower_case": self.lowercase,
+            "keep_accents": self.keep_accents,
+            "remove_space": True,
+            **dict(zip(_TOKEN_KEYS, ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"), strict=True)),
+            "bos_token": "[CLS]",
+            "eos_token": "[SEP]",
+        }
+
+
+# --- WordPiece -------------------------------------------------------------------------------------
+
+WORDPIECE_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_CJK = "\u3000-\u9fff\uf900-\ufaff\uff00-\uffef"  # CJK symbols, ideographs, full-width forms
+_CJK_SPACE = re.compile(rf"(?<=[{_CJK}]) (?=\S)|(?<=\S) (?=[{_CJK}])")
+
+
+class WordPieceTokenizer(Tokenizer):
+    """BERT's ``vocab.txt``: basic tokenization (clean text, CJK characters apart, punctuation split,
+    optional lowercase and accent stripping) then greedy longest-match ``##`` pieces, words over 100
+    characters -> ``[UNK]``. Runs on the ``tokenizers`` BertNormalizer/BertPreTokenizer/WordPiece, the
+    same backend HF's BertTokenizer uses, so ids are HF's."""
+
+    kind = "wordpiece"
+    file_name = VOCAB_FILE
+
+    def __init__(self, vocab_file: str | Path, lowercase: bool = True, strip_accents: bool | None = None):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import normalizers, pre_tokenizers
+        from tokenizers.models import WordPiece
+
+        path = _existing_file(vocab_file, "a BERT vocab.txt")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not a UTF-8 vocab.txt (one token per line)") from None
+        lines = [t.rstrip("\r") for t in lines]
+        self.vocab = {t: i for i, t in enumerate(lines)}  # HF's load_vocab: the last duplicate wins
+        missing = [t for t in WORDPIECE_SPECIALS if t not in self.vocab]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the special tokens {missing}: a BERT vocab.txt has one token per line, with "
+                "[PAD] [UNK] [CLS] [SEP] [MASK] (train one with `albertlm tokenizer train --kind wordpiece`)"
+            )
+        self.file, self.lowercase, self.strip_accents = path, lowercase, strip_accents
+        self.inv_vocab = lines
+        self.vocab_size = len(lines)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[t] for t in WORDPIECE_SPECIALS
+        )
+        self.tk = HFTokenizer(WordPiece(self.vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        self.tk.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+        )
+        self.tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        # Special strings in the text are kept whole, as BERT's never_split / HF's added tokens do.
+        self.tk.add_special_tokens(list(WORDPIECE_SPECIALS))
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        # encode_batch_fast skips the offset bookkeeping we never read (tokenizers >= 0.20)
+        encode = getattr(self.tk, "encode_batch_fast", self.tk.encode_batch)
+        rows = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+        return [self._with_specials(r) for r in rows] if add_special_tokens else rows
+
+    def convert_ids_to_tokens(self, ids: Iterable[int] | int) -> list[str]:
+        ids = [ids] if isinstance(ids, int) else list(ids)
+        return [self.inv_vocab[int(i)] for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str] | str) -> list[int]:
+        tokens = [tokens] if isinstance(tokens, str) else tokens
+        return [self.vocab.get(t, self.unk_id) for t in tokens]
+
+    def word_start_mask(self) -> np.ndarray:
+        mask = np.array([not t.startswith("##") for t in self.inv_vocab], dtype=bool)
+        mask[list(self.special_ids)] = True
+        return mask
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        toks = [
+            t
+            for i, t in zip(ids, self.convert_ids_to_tokens(ids), strict=True)
+            if not (skip_special_tokens and i in self.special_ids)
+        ]
+        # HF joins with spaces and glues "##" pieces; we also drop the space next to a CJK character, as
+        # Chinese is written without spaces (ids are unaffected: decode is for reading only).
+        return _CJK_SPACE.sub("", " ".join(toks).replace(" ##", ""))
+
+    def _hf_config(self) -> dict:
+        return {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": True,
+            **dict(zip(_TOKEN_KEYS, WORDPIECE_SPECIALS, strict=True)),
+        }
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def _existing_file(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; expected {what}")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file; expected {what}")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"{path} is not readable; expected {what}")
+    return path
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A directory holding ``spiece.model`` or ``vocab.txt`` (plus an optional HF ``tokenizer_config.json``
+    for ``do_lower_case`` etc.), or the model/vocab file itself."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} does not exist; give a directory holding {SPM_FILE} or {VOCAB_FILE}, or the file"
+        )
+    directory = path if path.is_dir() else path.parent
+    config: dict = {}
+    if (directory / CONFIG_FILE).is_file():
+        try:
+            config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{directory / CONFIG_FILE} is not valid JSON ({e}); fix or delete it") from None
+    lower = bool(config.get("do_lower_case", True))
+    if path.is_dir():
+        if (path / SPM_FILE).is_file():
+            path = path / SPM_FILE
+        elif (path / VOCAB_FILE).is_file():
+            path = path / VOCAB_FILE
+        else:
+            raise FileNotFoundError(
+                f"{path} holds neither {SPM_FILE} nor {VOCAB_FILE}; point at a tokenizer directory"
+            )
+    if path.suffix == ".model":
+        return SentencePieceTokenizer(
+            path, lowercase=lower, keep_accents=bool(config.get("keep_accents", False))
+        )
+    if path.suffix == ".txt":
+        return WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"))
+    raise ValueError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model) or {VOCAB_FILE} (*.txt)")
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
+    """Files as given; a directory means every ``*.txt`` inside it (sorted, for determinism)."""
+    files: list[Path] = []
+    for p in map(Path, inputs):
+        if p.is_dir():
+            found = sorted(p.glob("*.txt"))
+            if not found:
+                raise FileNotFoundError(f"{p} holds no *.txt files; give text files (one sentence per line)")
+            files += found
+        else:
+            files.append(_existing_file(p, "a text file, one sentence per line"))
+    if not files:
+        raise ValueError("no input files given")
+    return files
+
+
+def _lines(files: list[Path], progress: bool) -> Iterator[str]:
+    from tqdm import tqdm
+
+    with tqdm(
+        total=sum(f.stat().st_size for f in files),
+        unit="B",
+        unit_scale=True,
+        disable=not progress,
+        desc="reading corpus",
+    ) as bar:
+        for f in files:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    bar.update(len(line.encode("utf-8")))
+                    yield line
+
+
+def train_sentencepiece(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    vocab_size: int = 30000,
+    lowercase: bool = True,
+    input_sentence_size: int = 2_000_000,
+    seed: int = 0,
+    character_coverage: float = 0.99995,
+    user_defined_symbols: Iterable[str] = (),
+    num_threads: int | None = None,
+    progress: bool = False,
+) -> SentencePieceTokenizer:
+    """Train a unigram ``spiece.model`` with ALBERT's settings: pad 0, unk 1, control [CLS] 2, [SEP] 3,
+    [MASK] 4, no bos/eos. SentencePiece keeps a random sample of ``input_sentence_size`` lines (reservoir
+    sampling over the stream) so large corpora fit in memory. Lines are fed through ``preprocess_text``
+    so training sees exactly what encoding will; special strings such as WikiText's ``<unk>`` are blanked
+    out so that no pieces are learned from them.
+
+    albert-base-v2 was also trained with ``user_defined_symbols=ALBERT_USER_SYMBOLS`` (ids 5-12). That is
+    opt-in: transformers 5 loads such symbols from spiece.model as added tokens and gives the text after
+    each one a fresh "▁" (``u.s.`` -> ``▁u . ▁ s .``), so HF's ids would differ from SentencePiece's."""
+    import sentencepiece as spm
+
+    files = expand_inputs(inputs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specials = re.compile(r"<unk>|<pad>|\[CLS\]|\[SEP\]|\[MASK\]")
+
+    def sentences() -> Iterator[str]:
+        for line in _lines(files, progress):
+            if text := preprocess_text(specials.sub(" ", line), lowercase):
+                yield text
+
+    spm.set_random_generator_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(),
+                model_prefix=str(Path(tmp) / "spiece"),
+                model_type="unigram",
+                vocab_size=vocab_size,
+                character_coverage=character_coverage,
+                pad_id=0,
+                unk_id=1,
+                bos_id=-1,
+                eos_id=-1,
+                control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+                user_defined_symbols=list(user_defined_symbols),
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                num_threads=num_threads or os.cpu_count() or 1,
+                minloglevel=1 if progress else 2,
+            )
+        except RuntimeError as e:
+            raise ValueError(
+                f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)"
+            ) from None
+        shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
+    tok = SentencePieceTokenizer(out_dir / SPM_FILE, lowercase=lowercase)
+    tok.save(out_dir)
+    return tok
+
+
+def train_wordpiece(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    vocab_size: int = 21128,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    unused_slots: int = 99,
+    progress: bool = False,
+) -> WordPieceTokenizer:
+    """Train a BERT ``vocab.txt`` with the ``tokenizers`` WordPiece trainer on BERT basic tokenization.
+
+    Layout follows Google's BERT vocabularies (bert-base-chinese, albert_zh): [PAD] 0, [unused1..99]
+    1-99, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103, then the learned tokens in the trainer's order
+    (the alphabet first, so every seen character has an id). The unused slots are room for task tokens;
+    ``unused_slots=0`` gives a compact [PAD] [UNK] [CLS] [SEP] [MASK] head. The trainer never drops a
+    character of the alphabet, so a corpus with more characters than ``vocab_size`` gives a larger vocab."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import normalizers, pre_tokenizers, trainers
+    from tokenizers.models import WordPiece
+
+    files = expand_inputs(inputs)
+    head = [
+        "[PAD]",
+        *(f"[unused{i}]" for i in range(1, unused_slots + 1)),
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+    ]
+    if vocab_size <= len(head):
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves no room beside the {len(head)} special/unused tokens"
+        )
+    tk = HFTokenizer(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tk.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, lowercase=lowercase
+    )
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size - len(head) + len(WORDPIECE_SPECIALS),
+        min_frequency=min_frequency,
+        special_tokens=list(WORDPIECE_SPECIALS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    tk.train_from_iterator(_lines(files, progress), trainer=trainer)
+    learned = sorted(tk.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = head + [t for t, _ in learned if t not in WORDPIECE_SPECIALS and t not in head]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    tok = WordPieceTokenizer(out_dir / VOCAB_FILE, lowercase=lowercase)
+    tok.save(out_dir)
+    return tok
