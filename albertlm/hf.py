@@ -231,25 +231,29 @@ def load_pretrained(cls: type, directory: str | Path, **config_overrides: Any) -
 
 
 # --------------------------------------------------------------------------- writing
-def ours_to_hf(model: AlbertPreTrainedModel) -> dict[str, torch.Tensor]:
+def ours_to_hf(config: AlbertConfig, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict in the HF layout: shared tensors written once per key, identity projection added."""
-    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    c = model.config
-    if not c.project_embeddings:
-        prefix = "albert." if hasattr(model, "albert") else ""
+    sd = {k: v.detach().to("cpu").clone().contiguous() for k, v in state_dict.items()}
+    if not config.project_embeddings:
+        prefix = "albert." if any(k.startswith("albert.") for k in sd) else ""
         ref = next(iter(sd.values()))
-        sd[f"{prefix}encoder.embedding_hidden_mapping_in.weight"] = torch.eye(c.hidden_size, dtype=ref.dtype)
-        sd[f"{prefix}encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(c.hidden_size, dtype=ref.dtype)
+        sd[f"{prefix}encoder.embedding_hidden_mapping_in.weight"] = torch.eye(config.hidden_size, dtype=ref.dtype)
+        sd[f"{prefix}encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(config.hidden_size, dtype=ref.dtype)
     return sd
 
 
-def save_pretrained(model: AlbertPreTrainedModel, directory: str | Path) -> Path:
+def save_state_dict(
+    config: AlbertConfig, class_name: str, state_dict: dict[str, torch.Tensor], directory: str | Path
+) -> Path:
     """config.json + model.safetensors, each written to a temp name and renamed (never half-written)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    name = type(model).__name__
-    model.config.save(d, architectures=[HF_ARCHITECTURES.get(name, name)])
+    config.save(d, architectures=[HF_ARCHITECTURES.get(class_name, class_name)])
     tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
-    save_file(ours_to_hf(model), str(tmp), metadata={"format": "pt"})
+    save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
     os.replace(tmp, d / WEIGHTS_SAFETENSORS)
     return d
+
+
+def save_pretrained(model: AlbertPreTrainedModel, directory: str | Path) -> Path:
+    return save_state_dict(model.config, type(model).__name__, model.state_dict(), directory)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from albertlm.config import AlbertConfig
 
@@ -163,6 +164,7 @@ class AlbertEncoder(nn.Module):
         L, G, K = config.num_hidden_layers, config.num_hidden_groups, config.inner_group_num
         self.num_layers = L
         self.sharing = config.sharing
+        self.gradient_checkpointing = False  # recompute each block in backward (memory for compute)
         if config.project_embeddings:
             self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
         else:
@@ -199,7 +201,10 @@ class AlbertEncoder(nn.Module):
                 key = id(block.attention)
                 if key not in qkv_cache:
                     qkv_cache[key] = block.attention.fused_qkv()
-                x = block(x, mask, qkv_cache[key])
+                if self.gradient_checkpointing and self.training:
+                    x = checkpoint(block, x, mask, qkv_cache[key], use_reentrant=False)
+                else:
+                    x = block(x, mask, qkv_cache[key])
             if states is not None:
                 states.append(x)
         return x, tuple(states) if states is not None else None

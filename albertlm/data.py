@@ -1,0 +1,607 @@
+"""Pretraining data on disk: memory-mapped shards, their parallel build, the Dataset and the collators.
+
+Layout of a built directory (Megatron-style flat arrays, one shard per input file or file chunk)::
+
+    manifest.json                     written last, atomically; readers accept nothing without it
+    shards-<id>/word_start.bin        bool[vocab]: which token ids begin a word (spec s5)
+    shards-<id>/00000.tokens.bin      dynamic: uint16/uint32 token ids of all sentences, back to back
+    shards-<id>/00000.sent.bin        dynamic: int64 token offsets of sentences (S+1)
+    shards-<id>/00000.doc.bin         dynamic: int64 sentence offsets of documents (D+1)
+    shards-<id>/00000.wstart.bin      dynamic, Chinese whole-word masking only: uint8 per-token word starts
+    shards-<id>/00000.input_ids.bin   static: masked sequences back to back, .offsets int64 (N+1),
+                                      .type_split int32 (where token type 1 starts), .sop int8,
+                                      .mask_pos int32 / .mask_ids token dtype / .mask_offsets int64
+
+Dynamic mode stores token ids once and draws pairs and masks per epoch (no dupe_factor copies on disk);
+static mode stores ``dupe_factor`` masked copies as the original did. Copy ``d`` of a static build equals
+epoch ``d`` of a dynamic build of the same input and seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from albertlm.pretraining_data import (
+    DocumentEncoder,
+    InstanceConfig,
+    SpecialIds,
+    build_instance,
+    chunk_boundaries,
+    detect_format,
+    iter_documents,
+    looks_binary,
+    plan_instances,
+    resolve_inputs,
+)
+
+FORMAT = "albertlm-pretraining-data"
+VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class DataFormatError(ValueError):
+    """A data directory that is missing, incomplete or corrupt (e.g. left by an interrupted build)."""
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+
+class _BinWriter:
+    """Appends arrays of one dtype to a temp file, hashing as it goes; fsync on close."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path, self.dtype = path, np.dtype(dtype)
+        self.f = open(path, "wb")
+        self.sha = hashlib.sha256()
+        self.count = 0
+
+    def write(self, arr) -> None:
+        b = np.ascontiguousarray(arr, dtype=self.dtype).tobytes()
+        self.f.write(b)
+        self.sha.update(b)
+        self.count += len(b) // self.dtype.itemsize
+
+    def close(self) -> dict:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        return {
+            "dtype": self.dtype.str,
+            "count": self.count,
+            "bytes": self.count * self.dtype.itemsize,
+            "sha256": self.sha.hexdigest(),
+        }
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def tokenizer_info(tok) -> dict:
+    return {
+        "kind": tok.kind,
+        "vocab_size": int(tok.vocab_size),
+        "pad_id": int(tok.pad_id),
+        "unk_id": int(tok.unk_id),
+        "cls_id": int(tok.cls_id),
+        "sep_id": int(tok.sep_id),
+        "mask_id": int(tok.mask_id),
+        "path": str(getattr(tok, "file", "") or ""),
+    }
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 65536 else np.uint32)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    index: int
+    path: str
+    fmt: str
+    start: int
+    end: int
+
+
+# Set in the parent before the pool forks (or in-process): workers share the tokenizer and settings.
+_JOB: dict = {}
+
+
+def _build_unit(unit: _Unit) -> tuple[int, dict, dict]:
+    """One shard from one unit of work: stream its documents, encode in batches, write arrays."""
+    job = _JOB
+    tdt = job["token_dtype"]
+    stats: Counter = Counter()
+    prefix = Path(job["tmp_dir"]) / f"{unit.index:05d}"
+    static = job["mode"] == "static"
+    encoder = DocumentEncoder(job["tokenizer"], job["whole_word_zh"])
+    # dynamic files double as the static build's scratch space (removed after masking)
+    w = {
+        "tokens": _BinWriter(Path(f"{prefix}.tokens.bin"), tdt),
+        "sent": _BinWriter(Path(f"{prefix}.sent.bin"), np.int64),
+        "doc": _BinWriter(Path(f"{prefix}.doc.bin"), np.int64),
+    }
+    if job["whole_word_zh"]:
+        w["wstart"] = _BinWriter(Path(f"{prefix}.wstart.bin"), np.uint8)
+    n_tok, n_sent = 0, 0
+    w["sent"].write([0])
+    w["doc"].write([0])
+    batch: list[list[str]] = []
+
+    def flush() -> None:
+        nonlocal n_tok, n_sent
+        for sids, sflags in encoder.encode(batch):
+            if not sids:
+                stats["empty_documents"] += 1
+                continue
+            lens = np.fromiter((len(s) for s in sids), np.int64, len(sids))
+            w["tokens"].write(np.concatenate(sids))
+            w["sent"].write(n_tok + np.cumsum(lens))
+            if sflags is not None:
+                w["wstart"].write(np.concatenate(sflags))
+            n_tok += int(lens.sum())
+            n_sent += len(sids)
+            w["doc"].write([n_sent])
+            stats["documents"] += 1
+            stats["sentences"] += len(sids)
+            stats["single_sentence_documents"] += len(sids) == 1
+        stats["tokens"] = n_tok
+        batch.clear()
+
+    for doc in iter_documents(Path(unit.path), unit.fmt, unit.start, unit.end, stats):
+        batch.append(doc)
+        if len(batch) >= 256:
+            flush()
+    flush()
+    files = {k: v.close() for k, v in w.items()}
+    if static:
+        files = _write_static(prefix, unit.index, files, job, stats)
+    stats["units"] = 1
+    return unit.index, files, dict(stats)
+
+
+def _write_static(prefix: Path, shard: int, scratch: dict, job: dict, stats: Counter) -> dict:
+    """Mask ``dupe_factor`` copies of the shard's instances; copy d uses the epoch-d seeds."""
+    cfg: InstanceConfig = job["cfg"]
+    tdt = job["token_dtype"]
+    flat = np.fromfile(f"{prefix}.tokens.bin", dtype=tdt)
+    sent = np.fromfile(f"{prefix}.sent.bin", dtype=np.int64)
+    doc = np.fromfile(f"{prefix}.doc.bin", dtype=np.int64)
+    wst = np.fromfile(f"{prefix}.wstart.bin", dtype=np.uint8) if "wstart" in scratch else None
+    ids, vws = job["special"], job["word_start"]
+    names = {
+        "input_ids": tdt,
+        "offsets": np.int64,
+        "type_split": np.int32,
+        "sop": np.int8,
+        "mask_pos": np.int32,
+        "mask_ids": tdt,
+        "mask_offsets": np.int64,
+    }
+    w = {k: _BinWriter(Path(f"{prefix}.{k}.bin"), dt) for k, dt in names.items()}
+    n_ids, n_masks = 0, 0
+    w["offsets"].write([0])
+    w["mask_offsets"].write([0])
+    seed = job["seed"]
+    for epoch in range(job["dupe_factor"]):
+        plan = plan_instances(sent, doc, cfg, np.random.default_rng([seed, shard, epoch]), stats)
+        for j, row in enumerate(plan):
+            item = build_instance(flat, row, wst, vws, cfg, ids, np.random.default_rng([seed, shard, epoch, j]))
+            x = item["input_ids"]
+            w["input_ids"].write(x)
+            n_ids += len(x)
+            w["offsets"].write([n_ids])
+            w["type_split"].write([int(row[1] - row[0]) + 2])
+            w["sop"].write([item.get("sentence_order_label", 0)])
+            w["mask_pos"].write(item["masked_positions"])
+            w["mask_ids"].write(item["masked_labels"])
+            n_masks += len(item["masked_positions"])
+            w["mask_offsets"].write([n_masks])
+            stats["sop_label_1"] += int(item.get("sentence_order_label", 0))
+        stats["instances"] += len(plan)
+    stats["instance_tokens"] += n_ids
+    stats["masked_tokens"] += n_masks
+    for k in scratch:
+        os.unlink(f"{prefix}.{k}.bin")
+    return {k: v.close() for k, v in w.items()}
+
+
+# ------------------------------------------------------------------------------------------------ build
+
+
+def build_dataset(
+    inputs: list[str | Path],
+    tokenizer,
+    out_dir: str | Path,
+    *,
+    mode: str = "dynamic",
+    cfg: InstanceConfig | None = None,
+    dupe_factor: int = 1,
+    whole_word_zh: bool | None = None,
+    workers: int = 1,
+    seed: int = 12345,
+    input_format: str = "auto",
+    chunk_bytes: int = 32 << 20,
+    exclude: tuple[str, ...] = (),
+    progress: bool = False,
+) -> dict:
+    """Build shards from text files into ``out_dir``; returns the manifest (also written there last).
+
+    ``whole_word_zh=None`` turns jieba whole-word masking on for character-level (wordpiece) tokenizers.
+    """
+    cfg = cfg or InstanceConfig()
+    cfg.validate()
+    if mode not in ("static", "dynamic"):
+        raise ValueError(f"--mode must be static or dynamic, got {mode!r}")
+    if dupe_factor < 1:
+        raise ValueError(f"--dupe-factor must be >= 1, got {dupe_factor}")
+    t0 = time.time()
+    files = resolve_inputs(inputs, exclude)
+    skipped: Counter = Counter()
+    units: list[_Unit] = []
+    for p in files:
+        if p.stat().st_size == 0:
+            skipped["empty_files"] += 1
+            print(f"warning: skipping empty file {p}")
+            continue
+        if looks_binary(p):
+            skipped["binary_files"] += 1
+            print(f"warning: skipping binary file {p}")
+            continue
+        fmt = detect_format(p) if input_format == "auto" else input_format
+        for s, e in chunk_boundaries(p, fmt, chunk_bytes):
+            units.append(_Unit(len(units), str(p), fmt, s, e))
+    if whole_word_zh is None:
+        whole_word_zh = tokenizer.kind == "wordpiece"
+    info = tokenizer_info(tokenizer)
+    tdt = token_dtype(info["vocab_size"])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    build_id = uuid.uuid4().hex[:12]
+    tmp = out / f".tmp-{build_id}"
+    tmp.mkdir()
+    word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
+    ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
+    ws_meta.write(word_start)
+    ws_meta = ws_meta.close()
+    _JOB.clear()
+    _JOB.update(
+        cfg=cfg,
+        mode=mode,
+        tmp_dir=str(tmp),
+        tokenizer=tokenizer,
+        whole_word_zh=whole_word_zh,
+        token_dtype=tdt,
+        dupe_factor=dupe_factor,
+        seed=seed,
+        word_start=word_start,
+        special=SpecialIds(info["cls_id"], info["sep_id"], info["mask_id"], info["vocab_size"]),
+    )
+    results: dict[int, tuple[dict, dict]] = {}
+    total = sum(u.end - u.start for u in units)
+    try:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="data build", disable=not progress)
+        if workers > 1 and len(units) > 1:
+            # fork: workers inherit the tokenizer and settings; each unit is one task, in any order
+            with mp.get_context("fork").Pool(min(workers, len(units))) as pool:
+                for idx, fl, st in pool.imap_unordered(_build_unit, units):
+                    results[idx] = (fl, st)
+                    bar.update(units[idx].end - units[idx].start)
+        else:
+            for u in units:
+                idx, fl, st = _build_unit(u)
+                results[idx] = (fl, st)
+                bar.update(u.end - u.start)
+        bar.close()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        _JOB.clear()
+    stats = Counter(skipped)
+    shards = []
+    for u in units:
+        fl, st = results[u.index]
+        stats.update(st)
+        shards.append({"source": u.path, "start": u.start, "end": u.end, "format": u.fmt, "files": fl, "counts": st})
+    stats["tokens"] = sum(s["counts"].get("tokens", 0) for s in shards)
+    stats["bytes_written"] = sum(f["bytes"] for s in shards for f in s["files"].values())
+    _fsync_dir(tmp)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "complete": True,
+        "mode": mode,
+        "build_id": build_id,
+        "shard_dir": f"shards-{build_id}",
+        "token_dtype": tdt.str,
+        "tokenizer": info,
+        "word_start": ws_meta,
+        "settings": {
+            **cfg.to_dict(),
+            "dupe_factor": dupe_factor,
+            "whole_word_zh": whole_word_zh,
+            "seed": seed,
+            "input_format": input_format,
+            "chunk_bytes": chunk_bytes,
+        },
+        "inputs": [str(p) for p in files],
+        "counts": dict(sorted(stats.items())),
+        "shards": shards,
+        "seconds": round(time.time() - t0, 3),
+    }
+    # swap in: drop the old manifest first, so a crash from here on leaves no readable half-state
+    old = [p for p in out.glob("shards-*") if p.is_dir()]
+    if (out / MANIFEST).exists():
+        os.unlink(out / MANIFEST)
+        _fsync_dir(out)
+    os.rename(tmp, out / manifest["shard_dir"])
+    _fsync_dir(out)
+    _write_json_atomic(out / MANIFEST, manifest)
+    for p in old + [p for p in out.glob(".tmp-*") if p.is_dir()]:
+        shutil.rmtree(p, ignore_errors=True)
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def load_manifest(path: str | Path, verify: bool = False) -> dict:
+    """The manifest of a finished build; checks every shard file's size (and sha256 with ``verify``)."""
+    root = Path(path)
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise DataFormatError(f"no {MANIFEST} in {root}: not a finished albertlm data build")
+    try:
+        m = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataFormatError(f"unreadable manifest {mpath}: {e}") from e
+    if m.get("format") != FORMAT or m.get("version") != VERSION or m.get("complete") is not True:
+        raise DataFormatError(f"{mpath} is not a complete {FORMAT} v{VERSION} manifest")
+    sdir = root / m["shard_dir"]
+    entries = [("word_start", m["word_start"])] + [
+        (f"{i:05d}.{k}", f) for i, s in enumerate(m["shards"]) for k, f in s["files"].items()
+    ]
+    for name, f in entries:
+        p = sdir / f"{name}.bin"
+        if not p.is_file() or p.stat().st_size != f["bytes"]:
+            raise DataFormatError(f"shard file {p} is missing or has the wrong size (interrupted build?)")
+        if verify and hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
+            raise DataFormatError(f"checksum mismatch in {p}")
+    return m
+
+
+def _memmap(path: Path, f: dict) -> np.ndarray:
+    if f["count"] == 0:
+        return np.zeros(0, dtype=np.dtype(f["dtype"]))
+    return np.memmap(path, dtype=np.dtype(f["dtype"]), mode="r", shape=(f["count"],))
+
+
+class PretrainingDataset(torch.utils.data.Dataset):
+    """O(1) random access to instances of a built directory, static or dynamic.
+
+    Dynamic mode re-plans pairs at ``set_epoch(e)`` from generators seeded ``(seed, shard, e)`` and masks
+    instance ``j`` with ``(seed, shard, e, j)``, so any worker can make any item. Call ``set_epoch``
+    before each epoch (in the main process, with non-persistent DataLoader workers). Items are dicts of
+    numpy arrays: ``input_ids``, ``token_type_ids``, ``labels`` (-100 = no prediction) and, except for
+    task ``none``, ``sentence_order_label``. Static mode serves all stored dupe copies every epoch, as the
+    original's TFRecords were read; ``set_epoch`` does not change it.
+    """
+
+    def __init__(self, path: str | Path, epoch: int = 0, verify: bool = False) -> None:
+        self.root = Path(path)
+        self.manifest = m = load_manifest(self.root, verify)
+        self.mode = m["mode"]
+        s = dict(m["settings"])
+        self.seed = s.pop("seed")
+        self.cfg = InstanceConfig(**{k: s[k] for k in InstanceConfig.__dataclass_fields__})
+        t = m["tokenizer"]
+        self.special = SpecialIds(t["cls_id"], t["sep_id"], t["mask_id"], t["vocab_size"])
+        self.pad_id = t["pad_id"]
+        sdir = self.root / m["shard_dir"]
+        self.word_start = np.fromfile(sdir / "word_start.bin", dtype=np.uint8).astype(bool)
+        self.shards = self._open_shards()
+        self.epoch = -1
+        self.set_epoch(epoch)
+
+    def _open_shards(self) -> list[dict[str, np.ndarray]]:
+        sdir = self.root / self.manifest["shard_dir"]
+        return [
+            {k: _memmap(sdir / f"{i:05d}.{k}.bin", f) for k, f in sh["files"].items()}
+            for i, sh in enumerate(self.manifest["shards"])
+        ]
+
+    # Pickling a memmap copies its data: DataLoader workers started by spawn re-open the files instead.
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "shards": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.shards = self._open_shards()
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch == self.epoch:
+            return
+        self.epoch = epoch
+        if self.mode == "static":
+            sizes = [len(a["offsets"]) - 1 for a in self.shards]
+        else:
+            self.plans = [
+                plan_instances(
+                    np.asarray(a["sent"]), np.asarray(a["doc"]), self.cfg, np.random.default_rng([self.seed, i, epoch])
+                )
+                for i, a in enumerate(self.shards)
+            ]
+            sizes = [len(p) for p in self.plans]
+        self.cum = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray | int]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} instances")
+        i %= len(self)
+        k = int(np.searchsorted(self.cum, i, side="right")) - 1
+        j = i - int(self.cum[k])
+        a = self.shards[k]
+        pair = self.cfg.task != "none"
+        if self.mode == "dynamic":
+            rng = np.random.default_rng([self.seed, k, self.epoch, j])
+            it = build_instance(
+                a["tokens"], self.plans[k][j], a.get("wstart"), self.word_start, self.cfg, self.special, rng
+            )
+            ids, pos, lab = it["input_ids"], it["masked_positions"], it["masked_labels"]
+            token_type = it["token_type_ids"]
+            sop = it.get("sentence_order_label", 0)
+        else:
+            o0, o1 = int(a["offsets"][j]), int(a["offsets"][j + 1])
+            ids = np.asarray(a["input_ids"][o0:o1], dtype=np.int64)
+            m0, m1 = int(a["mask_offsets"][j]), int(a["mask_offsets"][j + 1])
+            pos = np.asarray(a["mask_pos"][m0:m1], dtype=np.int64)
+            lab = np.asarray(a["mask_ids"][m0:m1], dtype=np.int64)
+            token_type = np.zeros(len(ids), dtype=np.int64)
+            token_type[int(a["type_split"][j]) :] = 1
+            sop = int(a["sop"][j])
+        labels = np.full(len(ids), -100, dtype=np.int64)
+        labels[pos] = lab
+        item: dict[str, np.ndarray | int] = {"input_ids": ids, "token_type_ids": token_type, "labels": labels}
+        if pair:
+            item["sentence_order_label"] = int(sop)
+        return item
+
+
+# ---------------------------------------------------------------------------------------------- collators
+
+
+class PretrainingCollator:
+    """Dynamic padding to the longest instance of the batch (optionally a multiple of 8 for tensor cores).
+
+    Returns ``input_ids`` (B,S) long, ``token_type_ids`` (B,S) long, ``attention_mask`` (B,S) long 1/0,
+    ``labels`` (B,S) long with -100, and ``sentence_order_label`` (B,) long unless the task is ``none``.
+    """
+
+    def __init__(self, pad_id: int = 0, pad_to_multiple_of: int | None = None) -> None:
+        self.pad_id, self.multiple = pad_id, pad_to_multiple_of
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        s = max(len(x["input_ids"]) for x in items)
+        if self.multiple:
+            s = -(-s // self.multiple) * self.multiple
+        b = len(items)
+        ids = np.full((b, s), self.pad_id, dtype=np.int64)
+        tt = np.zeros((b, s), dtype=np.int64)
+        am = np.zeros((b, s), dtype=np.int64)
+        lab = np.full((b, s), -100, dtype=np.int64)
+        for r, x in enumerate(items):
+            n = len(x["input_ids"])
+            ids[r, :n], tt[r, :n], lab[r, :n], am[r, :n] = x["input_ids"], x["token_type_ids"], x["labels"], 1
+        out = {
+            "input_ids": torch.from_numpy(ids),
+            "token_type_ids": torch.from_numpy(tt),
+            "attention_mask": torch.from_numpy(am),
+            "labels": torch.from_numpy(lab),
+        }
+        if "sentence_order_label" in items[0]:
+            out["sentence_order_label"] = torch.tensor([x["sentence_order_label"] for x in items])
+        return out
+
+
+def pack_instances(lengths: list[int], max_length: int) -> list[list[int]]:
+    """First-fit decreasing: groups of instance indices whose lengths sum to at most ``max_length``."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if lengths[i] > max_length:
+            raise ValueError(f"instance of length {lengths[i]} does not fit max_length {max_length}")
+        for r, free in enumerate(room):
+            if lengths[i] <= free:
+                rows[r].append(i)
+                room[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            room.append(max_length - lengths[i])
+    return [sorted(r) for r in rows]
+
+
+class PackingCollator:
+    """Packs several instances into each row of ``max_length`` tokens (no per-instance padding).
+
+    The batch has as many rows as packing needs. Keys: ``input_ids``, ``token_type_ids``, ``labels``,
+    ``position_ids`` (B,S) restarting at 0 per instance; ``attention_mask`` (B,S,S) bool block-diagonal
+    (True = may attend); ``cls_positions`` (B,M) long (padded with 0); ``sentence_order_label`` (B,M) long
+    with -100 for padding entries. Unused row tails form one block of their own so no query row is fully
+    masked (softmax over nothing would be NaN); their labels are -100.
+    """
+
+    def __init__(self, max_length: int, pad_id: int = 0) -> None:
+        self.max_length, self.pad_id = max_length, pad_id
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        groups = pack_instances([len(x["input_ids"]) for x in items], self.max_length)
+        b, s = len(groups), self.max_length
+        mm = max(len(g) for g in groups)
+        ids = np.full((b, s), self.pad_id, dtype=np.int64)
+        tt = np.zeros((b, s), dtype=np.int64)
+        lab = np.full((b, s), -100, dtype=np.int64)
+        pos = np.zeros((b, s), dtype=np.int64)
+        seg = np.full((b, s), -1, dtype=np.int64)
+        cls = np.zeros((b, mm), dtype=np.int64)
+        sop = np.full((b, mm), -100, dtype=np.int64)
+        for r, g in enumerate(groups):
+            p = 0
+            for m, i in enumerate(g):
+                x = items[i]
+                n = len(x["input_ids"])
+                ids[r, p : p + n], tt[r, p : p + n], lab[r, p : p + n] = (
+                    x["input_ids"],
+                    x["token_type_ids"],
+                    x["labels"],
+                )
+                pos[r, p : p + n] = np.arange(n)
+                seg[r, p : p + n] = m
+                cls[r, m] = p
+                sop[r, m] = x.get("sentence_order_label", -100)
+                p += n
+            pos[r, p:] = np.arange(s - p)
+        seg_t = torch.from_numpy(seg)
+        out = {
+            "input_ids": torch.from_numpy(ids),
+            "token_type_ids": torch.from_numpy(tt),
+            "attention_mask": seg_t[:, :, None] == seg_t[:, None, :],
+            "position_ids": torch.from_numpy(pos),
+            "labels": torch.from_numpy(lab),
+            "cls_positions": torch.from_numpy(cls),
+        }
+        if "sentence_order_label" in items[0]:
+            out["sentence_order_label"] = torch.from_numpy(sop)
+        return out

@@ -1,0 +1,527 @@
+"""Pretraining instances, as the original ``create_pretraining_data.py`` makes them (docs/albert-spec.md s6).
+
+Text files -> documents (lists of sentences) -> token ids -> instance *plans* -> n-gram whole-word masks.
+
+A plan row is five integers ``(a_start, a_end, b_start, b_end, label)``: token ranges into the flat token
+array of one shard. Pairs are always contiguous token ranges (A and B are runs of consecutive sentences,
+truncation only trims their ends), so planning needs only sentence lengths and the same plan drives both
+static builds (masks written once per dupe copy) and dynamic datasets (masks drawn per epoch).
+
+Randomness: every choice comes from ``numpy.random.Generator``s seeded from ``(seed, shard, epoch)``
+(planning) and ``(seed, shard, epoch, instance)`` (masking), so output never depends on worker counts.
+The original draws n-gram sizes from numpy's unseeded global RNG (spec s6); ours is reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+TASKS = ("sop", "nsp", "none")
+INPUT_FORMATS = ("auto", "lines", "paragraphs", "jsonl")
+INPUT_SUFFIXES = (".txt", ".jsonl", ".json")
+
+# A physical line is read in pieces of at most this many bytes, so a 50 MB single line never sits in one
+# Python string nor stalls the regexes; sentences longer than MAX_SENTENCE_CHARS are cut (counted).
+MAX_LINE_BYTES = 1 << 20
+# Beyond this a single physical line is junk (minified data, a dump), not prose: the rest is dropped.
+MAX_PHYSICAL_LINE_BYTES = 4 << 20
+MAX_SENTENCE_CHARS = 20_000
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Sentence ends: CJK/ASCII !?; and 。 need no following space (Chinese has none); '.' must be followed by
+# whitespace and not by a lower-case letter (keeps "e.g. this" and "3.5" together).
+_SENT_END = re.compile(r"(?:[。！？；!?]+[”’」』）)\]\"']*|\.[”’\")\]']*(?=\s+(?![a-z])))\s*")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """How pairs are cut and masked; defaults are the original's (spec s6)."""
+
+    task: str = "sop"  # sop (sentence order), nsp (random next document), none (single segment)
+    max_seq_length: int = 512  # including [CLS] and [SEP]s
+    max_predictions_per_seq: int = 20  # cap on masked tokens per instance
+    masked_lm_prob: float = 0.15  # fraction of tokens to mask, before the cap
+    short_seq_prob: float = 0.1  # chance a document uses a random target length in [2, max]
+    ngram: int = 3  # longest masked n-gram, in words; p(n) proportional to 1/n
+    single_sentence_random_b: bool = True  # original quirk: one-sentence chunks take B from another doc
+
+    def validate(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"--task must be one of {TASKS}, got {self.task!r}")
+        if self.max_seq_length < 8:
+            raise ValueError(f"--max-seq-length must be at least 8, got {self.max_seq_length}")
+        if self.max_predictions_per_seq < 1:
+            raise ValueError(f"--max-predictions must be >= 1, got {self.max_predictions_per_seq}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise ValueError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.ngram < 1:
+            raise ValueError(f"--ngram must be >= 1, got {self.ngram}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def resolve_inputs(inputs: list[str | Path], exclude: tuple[str, ...] = ()) -> list[Path]:
+    """Files named or found (``*.txt``, ``*.jsonl``, ``*.json``) in directories; sorted, deduplicated."""
+    out: list[Path] = []
+    for raw in inputs:
+        p = Path(raw)
+        if not p.exists():
+            raise FileNotFoundError(f"input path does not exist: {p}")
+        if p.is_dir():
+            found = sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file() and q.suffix in INPUT_SUFFIXES and not any(q.match(x) for x in exclude)
+            )
+            if not found:
+                raise ValueError(f"no input files (*.txt, *.jsonl) in directory: {p}")
+            out.extend(found)
+        else:
+            out.append(p)
+    for p in out:
+        if not os.access(p, os.R_OK):
+            raise PermissionError(f"input file is not readable: {p}")
+    return sorted(set(out), key=lambda q: str(q))
+
+
+def looks_binary(path: Path, head_bytes: int = 8192) -> bool:
+    """True for files that are not text: many NULs or control bytes, or mostly invalid UTF-8 at the start."""
+    with open(path, "rb") as f:
+        head = f.read(head_bytes)
+    if not head:
+        return False
+    if head.count(b"\x00") > max(4, len(head) // 100):  # a stray NUL is repaired, not a binary file
+        return True
+    controls = sum(head.count(bytes([c])) for c in range(32) if c not in (9, 10, 12, 13, 27))
+    if controls > len(head) // 10:
+        return True
+    return head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10
+
+
+def detect_format(path: Path) -> str:
+    """``jsonl`` by extension or a leading '{'; otherwise the classic one-sentence-per-line format."""
+    if path.suffix in (".jsonl", ".json"):
+        return "jsonl"
+    with open(path, "rb") as f:
+        for raw in iter(lambda: f.readline(4096), b""):
+            if raw.strip():
+                return "jsonl" if raw.lstrip().startswith(b"{") else "lines"
+    return "lines"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split running text at English and Chinese sentence ends (。！？!?； and '.' before a space)."""
+    out, prev = [], 0
+    for m in _SENT_END.finditer(text):
+        s = text[prev : m.end()].strip()
+        if s:
+            out.append(s)
+        prev = m.end()
+    tail = text[prev:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def _cap_sentence(s: str, stats: Counter) -> list[str]:
+    if len(s) <= MAX_SENTENCE_CHARS:
+        return [s]
+    stats["overlong_sentences_cut"] += 1
+    return [s[i : i + MAX_SENTENCE_CHARS] for i in range(0, len(s), MAX_SENTENCE_CHARS)]
+
+
+def iter_lines(path: Path, start: int, end: int, stats: Counter) -> Iterator[str]:
+    """Clean text lines of bytes [start, end): invalid UTF-8 replaced, NULs and control chars removed.
+
+    Physical lines longer than MAX_LINE_BYTES come out in pieces cut at a UTF-8 character boundary;
+    past MAX_PHYSICAL_LINE_BYTES the rest of the line is dropped (counted).
+    """
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos, in_long_line, line_bytes = start, False, 0
+        while pos < end:
+            raw = f.readline(min(MAX_LINE_BYTES, end - pos))
+            if not raw:
+                break
+            if in_long_line and line_bytes >= MAX_PHYSICAL_LINE_BYTES:
+                stats["overlong_line_bytes_dropped"] += len(raw)
+                pos += len(raw)
+                in_long_line = not raw.endswith(b"\n")
+                line_bytes = line_bytes if in_long_line else 0
+                continue
+            if not raw.endswith(b"\n") and pos + len(raw) < end:
+                # a piece of an overlong line: back up to a character boundary, re-read the rest next
+                cut = len(raw)
+                while cut > 1 and (raw[cut - 1] & 0xC0) == 0x80:
+                    cut -= 1
+                if cut > 1 and raw[cut - 1] >= 0xC0:
+                    cut -= 1
+                if cut < len(raw):
+                    raw = raw[:cut]
+                    f.seek(pos + cut)
+                if not in_long_line:
+                    stats["overlong_lines_split"] += 1
+                in_long_line = True
+                line_bytes += len(raw)
+            else:
+                in_long_line, line_bytes = False, 0
+            if pos == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+                pos += 3
+            pos += len(raw)
+            if b"\x00" in raw:
+                stats["nul_bytes_removed"] += raw.count(b"\x00")
+                raw = raw.replace(b"\x00", b"")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                stats["invalid_utf8_lines"] += 1
+                line = raw.decode("utf-8", "replace")
+            if line.endswith("\r\n"):
+                stats["crlf_lines"] += 1
+            line = _CONTROL.sub(" ", line.rstrip("\r\n")).strip()
+            if "\r" in line:
+                line = line.replace("\r", " ")
+            yield line
+
+
+def iter_documents(
+    path: Path, fmt: str, start: int = 0, end: int | None = None, stats: Counter | None = None
+) -> Iterator[list[str]]:
+    """Documents (lists of sentences) from bytes [start, end) of a file.
+
+    ``lines``: one sentence per line, blank line between documents (the original's input, spec s6);
+    ``paragraphs``: running text, each line split into sentences, blank line between documents;
+    ``jsonl``: one document per line in its ``text`` field, split into sentences.
+    """
+    stats = Counter() if stats is None else stats
+    end = path.stat().st_size if end is None else end
+    doc: list[str] = []
+    for line in iter_lines(path, start, end, stats):
+        if fmt == "jsonl":
+            if not line:
+                continue
+            try:
+                text = json.loads(line)["text"]
+                if not isinstance(text, str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                stats["bad_json_lines"] += 1
+                continue
+            doc = [s for para in text.splitlines() for s in split_sentences(para)]
+        elif not line:
+            if doc:
+                yield doc
+            doc = []
+            continue
+        elif fmt == "lines" and len(line) <= MAX_SENTENCE_CHARS:
+            doc.append(line)
+            continue
+        else:
+            doc.extend(split_sentences(line))
+        if fmt == "jsonl":
+            doc = [p for s in doc for p in _cap_sentence(s, stats)]
+            if doc:
+                yield doc
+            doc = []
+        else:
+            doc[:] = [p for s in doc for p in _cap_sentence(s, stats)]
+    if doc:
+        yield doc
+
+
+def chunk_boundaries(path: Path, fmt: str, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Byte ranges of ~chunk_bytes, each starting right after a document boundary (a unit of work)."""
+    size = path.stat().st_size
+    cuts = [0]
+    with open(path, "rb") as f:
+        for target in range(chunk_bytes, size, chunk_bytes):
+            if target <= cuts[-1]:
+                continue
+            f.seek(target)
+            f.readline(MAX_LINE_BYTES)  # finish the partial line
+            while True:
+                raw = f.readline(MAX_LINE_BYTES)
+                if not raw:
+                    break
+                # jsonl: every line ends a document; otherwise a blank line does
+                if fmt == "jsonl" and raw.endswith(b"\n") or not raw.strip():
+                    break
+            pos = f.tell()
+            if cuts[-1] < pos < size:
+                cuts.append(pos)
+    cuts.append(size)
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+class DocumentEncoder:
+    """Token ids and word-start flags for a batch of documents.
+
+    Word starts come from the vocabulary ('▁' pieces, non-'##' wordpieces, spec s5) except, with
+    ``whole_word_zh``, for sentences containing CJK: those are segmented with jieba so the characters of
+    one Chinese word mask together (the albert_zh/Chinese-BERT whole-word masking).
+    """
+
+    def __init__(self, tokenizer, whole_word_zh: bool = False) -> None:
+        self.tok = tokenizer
+        self.word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
+        self.whole_word_zh = whole_word_zh
+        if whole_word_zh:
+            import jieba
+
+            jieba.setLogLevel(60)
+            self._cut = jieba.lcut
+
+    def encode(self, docs: list[list[str]]) -> list[tuple[list[np.ndarray], list[np.ndarray] | None]]:
+        flat = [s for d in docs for s in d]
+        ids = self.tok.encode_batch(flat, add_special_tokens=False)
+        flags: list[np.ndarray] | None = None
+        if self.whole_word_zh:
+            flags = []
+            for k, s in enumerate(flat):
+                if _CJK.search(s):
+                    wid, wflag = self.tok.encode_words(self._cut(s))
+                    ids[k] = wid
+                    flags.append(np.asarray(wflag, dtype=np.uint8))
+                else:
+                    flags.append(self.word_start[np.asarray(ids[k], dtype=np.int64)].astype(np.uint8))
+        out, k = [], 0
+        for d in docs:
+            sids = [np.asarray(x, dtype=np.int64) for x in ids[k : k + len(d)]]
+            sflags = flags[k : k + len(d)] if flags is not None else None
+            keep = [i for i, x in enumerate(sids) if len(x)]  # sentences that encode to nothing are dropped
+            out.append(([sids[i] for i in keep], [sflags[i] for i in keep] if sflags is not None else None))
+            k += len(d)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+def _truncate(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
+    """Tokens to remove from A and B: the original trims the longer one (B on ties) one token at a time."""
+    excess = la + lb - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    diff = abs(la - lb)
+    if excess <= diff:
+        return (excess, 0) if la > lb else (0, excess)
+    rest = excess - diff
+    ra, rb = (diff, 0) if la > lb else (0, diff)
+    return ra + rest // 2, rb + rest - rest // 2
+
+
+def plan_instances(
+    sent_offsets: np.ndarray,
+    doc_offsets: np.ndarray,
+    cfg: InstanceConfig,
+    rng: np.random.Generator,
+    stats: Counter | None = None,
+) -> np.ndarray:
+    """Plan rows (N, 5) int64 ``a_start, a_end, b_start, b_end, label`` for all documents of a shard.
+
+    ``sent_offsets`` (S+1) are token offsets of sentences, ``doc_offsets`` (D+1) sentence offsets of
+    documents. Follows create_instances_from_document of the original (spec s6); NSP's random document
+    is drawn from the same shard (the original: from all documents one process holds).
+    """
+    stats = Counter() if stats is None else stats
+    so, do = sent_offsets.tolist(), doc_offsets.tolist()
+    n_docs = len(do) - 1
+    pair = cfg.task != "none"
+    max_num_tokens = cfg.max_seq_length - (3 if pair else 2)
+    rows: list[tuple[int, int, int, int, int]] = []
+    for d in range(n_docs):
+        s0, s1 = do[d], do[d + 1]
+        if s1 <= s0:
+            continue
+        # one target per document, as the original (short_seq_prob: random length in [2, max])
+        target = max_num_tokens
+        if rng.random() < cfg.short_seq_prob:
+            target = int(rng.integers(2, max_num_tokens + 1))
+        c0, i = s0, s0
+        while i < s1:
+            if i == s1 - 1 or so[i + 1] - so[c0] >= target:
+                c1 = i + 1
+                if not pair:
+                    a0, a1 = so[c0], so[c1]
+                    r = max(0, a1 - a0 - max_num_tokens)
+                    f = int(rng.binomial(r, 0.5)) if r else 0
+                    rows.append((a0 + f, a1 - (r - f), a1, a1, 0))
+                    c0, i = c1, c1
+                    continue
+                a_end = c0 + 1 if c1 - c0 < 2 else c0 + int(rng.integers(1, c1 - c0))
+                a0, a1 = so[c0], so[a_end]
+                single = c1 - c0 == 1
+                if single and not cfg.single_sentence_random_b:
+                    stats["single_sentence_chunks_skipped"] += 1
+                    c0, i = c1, c1
+                    continue
+                if (single and cfg.single_sentence_random_b) or (cfg.task == "nsp" and rng.random() < 0.5):
+                    if single:
+                        stats["single_sentence_chunks_random_b"] += 1
+                    target_b = target - (a1 - a0)
+                    for _ in range(10):
+                        rd = int(rng.integers(n_docs))
+                        if rd != d:
+                            break
+                    r0, r1 = do[rd], do[rd + 1]
+                    j = r0 + int(rng.integers(r1 - r0))
+                    b0 = so[j]
+                    while j < r1:
+                        j += 1
+                        if so[j] - b0 >= target_b:
+                            break
+                    b1, label = so[j], 1
+                    # the sentences after A were not used: they start the next chunk (original)
+                    i = a_end - 1
+                elif cfg.task == "sop" and rng.random() < 0.5:
+                    (a0, a1), (b0, b1), label = (so[a_end], so[c1]), (a0, a1), 1  # swapped order
+                else:
+                    b0, b1, label = so[a_end], so[c1], 0
+                ra, rb = _truncate(a1 - a0, b1 - b0, max_num_tokens)
+                fa = int(rng.binomial(ra, 0.5)) if ra else 0  # each trimmed token: front or back at p=.5
+                fb = int(rng.binomial(rb, 0.5)) if rb else 0
+                rows.append((a0 + fa, a1 - (ra - fa), b0 + fb, b1 - (rb - fb), label))
+                c0 = i + 1
+            i += 1
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+# ----------------------------------------------------------------------------------------------- masking
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    vocab_size: int
+
+
+def ngram_probs(ngram: int) -> np.ndarray:
+    """p(n) proportional to 1/n for n = 1..ngram: [6/11, 3/11, 2/11] for ngram 3 (spec s6)."""
+    p = 1.0 / np.arange(1, ngram + 1)
+    return p / p.sum()
+
+
+def mask_tokens(
+    tokens: np.ndarray,
+    word_starts: np.ndarray,
+    special: np.ndarray,
+    cfg: InstanceConfig,
+    ids: SpecialIds,
+    rng: np.random.Generator,
+    ngram_log: list[tuple[int, int, int]] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n-gram whole-word masking of one sequence: returns (masked input ids, positions, original ids).
+
+    ``special`` flags [CLS]/[SEP], which are never masked and end words (the original appends a
+    continuation piece after [SEP] to the word before it; we start a new word there). ``ngram_log``
+    collects ``(n available, n drawn, n accepted or 0)`` per candidate, for the statistical tests.
+    """
+    n_tok = len(tokens)
+    cand = ~special
+    starts = cand & (word_starts | np.concatenate(([True], special[:-1])))
+    wstart = np.flatnonzero(starts)
+    bounds = np.flatnonzero(starts | special)
+    bounds = np.append(bounds, n_tok)
+    wend = bounds[np.searchsorted(bounds, wstart, side="right")]
+    n_words = len(wstart)
+    budget = min(cfg.max_predictions_per_seq, max(1, int(round(n_tok * cfg.masked_lm_prob))))
+    empty = np.zeros(0, dtype=np.int64)
+    if n_words == 0:
+        return tokens.copy(), empty, empty
+    cum = [np.cumsum(ngram_probs(k)) for k in range(1, cfg.ngram + 1)]
+    order = rng.permutation(n_words)
+    u = rng.random(n_words)
+    covered = np.zeros(n_tok, dtype=bool)
+    chosen: list[np.ndarray] = []
+    count = 0
+    for t, w in enumerate(order.tolist()):
+        if count >= budget:
+            break
+        avail = min(cfg.ngram, n_words - w)
+        n = int(np.searchsorted(cum[avail - 1], u[t] * cum[avail - 1][-1], side="right")) + 1
+        n = drawn = min(n, avail)
+        # as the original: try shorter n-grams while this one exceeds the budget, else skip it
+        while n > 1 and count + int(cand[wstart[w] : wend[w + n - 1]].sum()) > budget:
+            n -= 1
+        lo, hi = int(wstart[w]), int(wend[w + n - 1])
+        pos = np.arange(lo, hi)[cand[lo:hi]]
+        ok = count + len(pos) <= budget and not covered[pos].any()
+        if ngram_log is not None:
+            ngram_log.append((avail, drawn, n if ok else 0))
+        if not ok:
+            continue
+        covered[pos] = True
+        chosen.append(pos)
+        count += len(pos)
+    if not chosen:
+        return tokens.copy(), empty, empty
+    positions = np.sort(np.concatenate(chosen))
+    labels = tokens[positions]
+    r = rng.random(len(positions))
+    rand = rng.integers(ids.vocab_size, size=len(positions))
+    out = tokens.copy()
+    # 80% [MASK], 10% the original token, 10% a random vocabulary token (original)
+    out[positions] = np.where(r < 0.8, ids.mask_id, np.where(r < 0.9, labels, rand))
+    return out, positions, labels
+
+
+def build_instance(
+    flat: np.ndarray,
+    row: np.ndarray,
+    word_start_of: np.ndarray | None,
+    vocab_word_start: np.ndarray,
+    cfg: InstanceConfig,
+    ids: SpecialIds,
+    rng: np.random.Generator,
+    ngram_log: list[tuple[int, int, int]] | None = None,
+) -> dict[str, np.ndarray | int]:
+    """Materialise one plan row: ``[CLS] A [SEP] B [SEP]`` (or ``[CLS] A [SEP]``), masked.
+
+    ``word_start_of`` are stored per-token word-start flags (jieba), else the vocabulary's flags apply.
+    """
+    a0, a1, b0, b1, label = (int(x) for x in row)
+    a, b = np.asarray(flat[a0:a1], dtype=np.int64), np.asarray(flat[b0:b1], dtype=np.int64)
+    pair = cfg.task != "none"
+    parts = [[ids.cls_id], a, [ids.sep_id]] + ([b, [ids.sep_id]] if pair else [])
+    tokens = np.concatenate(parts).astype(np.int64)
+    special = np.zeros(len(tokens), dtype=bool)
+    special[[0, len(a) + 1, len(tokens) - 1]] = True
+    if word_start_of is not None:
+        ws_parts = [np.asarray(word_start_of[a0:a1], bool), np.asarray(word_start_of[b0:b1], bool)]
+    else:
+        ws_parts = [vocab_word_start[a], vocab_word_start[b]]
+    one = np.ones(1, dtype=bool)
+    word_starts = np.concatenate([one, ws_parts[0], one] + ([ws_parts[1], one] if pair else []))
+    masked, positions, labels = mask_tokens(tokens, word_starts, special, cfg, ids, rng, ngram_log)
+    token_type = np.zeros(len(tokens), dtype=np.int64)
+    token_type[len(a) + 2 :] = 1  # types 0 for [CLS] A [SEP], 1 for B [SEP] (spec s5)
+    item: dict[str, np.ndarray | int] = {
+        "input_ids": masked,
+        "token_type_ids": token_type,
+        "masked_positions": positions,
+        "masked_labels": labels,
+    }
+    if pair:
+        item["sentence_order_label"] = label
+    return item
