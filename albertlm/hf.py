@@ -233,7 +233,11 @@ def load_pretrained(cls: type, directory: str | Path, **config_overrides: Any) -
 # --------------------------------------------------------------------------- writing
 def ours_to_hf(config: AlbertConfig, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict in the HF layout: shared tensors written once per key, identity projection added."""
-    sd = {k: v.detach().to("cpu").clone().contiguous() for k, v in state_dict.items()}
+    sd = {}
+    for k, v in state_dict.items():
+        if hasattr(v, "full_tensor"):  # a DTensor (FSDP2): gather the full weight
+            v = v.full_tensor()
+        sd[k] = torch.empty(v.shape, dtype=v.dtype).copy_(v.detach())  # a plain, unshared CPU tensor
     if not config.project_embeddings:
         prefix = "albert." if any(k.startswith("albert.") for k in sd) else ""
         ref = next(iter(sd.values()))

@@ -1,0 +1,97 @@
+"""The embedded default: a pretraining corpus every machine with Python already has, and the demo run.
+
+The corpus is the docstrings of the Python standard library's own source files (modules, classes and
+functions with a paragraph or more of text), read with ``ast`` (nothing is imported or executed) and
+written in the classic format: one sentence per line, a blank line between documents. It is English
+technical prose, ~1 MB, identical on every install of one Python version, under the PSF license of the
+interpreter it came with.
+
+    albertlm pretrain                      # corpus -> tokenizer -> shards -> a few minutes of albert-tiny
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+# Folders of the standard library whose text is code samples or test data rather than prose.
+SKIP_PARTS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "turtledemo", "tkinter",
+              "ensurepip", "__pycache__", "encodings"}
+MIN_DOC_CHARS = 200
+
+
+def stdlib_docstrings(root: Path | None = None) -> Iterator[str]:
+    """Docstrings of at least MIN_DOC_CHARS characters, in a fixed (sorted) file and tree order."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        if SKIP_PARTS.intersection(path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= MIN_DOC_CHARS:
+                    yield doc
+
+
+def _sentences(doc: str) -> list[str]:
+    from albertlm.pretraining_data import split_sentences
+
+    # Paragraphs are separated by blank lines; indented blocks are code examples, not prose.
+    prose = [p for p in re.split(r"\n\s*\n", doc) if p.strip() and not p.startswith((" ", "\t", ">>>"))]
+    return [s for p in prose for s in split_sentences(" ".join(p.split()))]
+
+
+def write_demo_corpus(out_dir: str | Path, heldout_every: int = 20) -> tuple[Path, Path, dict[str, int]]:
+    """Write train.txt and heldout.txt (every ``heldout_every``-th document); returns paths and counts."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train, held = out / "train.txt", out / "heldout.txt"
+    counts = {"documents": 0, "sentences": 0, "heldout_documents": 0}
+    with open(train, "w", encoding="utf-8") as ft, open(held, "w", encoding="utf-8") as fh:
+        for doc in stdlib_docstrings():
+            sents = _sentences(doc)
+            if len(sents) < 2:
+                continue  # a pair task needs at least two sentences
+            is_held = counts["documents"] % heldout_every == heldout_every - 1
+            (fh if is_held else ft).write("\n".join(sents) + "\n\n")
+            counts["documents"] += 1
+            counts["sentences"] += len(sents)
+            counts["heldout_documents"] += int(is_held)
+    return train, held, counts
+
+
+def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: int = 128, seed: int = 0,
+                      log=print) -> tuple[Path, Path]:
+    """corpus -> SentencePiece tokenizer -> dynamic shards (train and held-out); reused when present."""
+    from albertlm.data import build_dataset, load_manifest
+    from albertlm.pretraining_data import InstanceConfig
+    from albertlm.tokenizer import load_tokenizer, train_sentencepiece
+
+    work = Path(work)
+    train_shards, valid_shards = work / "shards-train", work / "shards-valid"
+    try:
+        load_manifest(train_shards)
+        load_manifest(valid_shards)
+        log(f"demo data: reusing {train_shards} and {valid_shards}")
+        return train_shards, valid_shards
+    except ValueError:
+        pass
+    train_txt, held_txt, counts = write_demo_corpus(work / "corpus")
+    log(f"demo corpus: {counts['documents']:,} Python standard-library docstrings, {counts['sentences']:,} "
+        f"sentences -> {work / 'corpus'}")
+    tok_dir = work / "tokenizer"
+    if (tok_dir / "spiece.model").exists():
+        tok = load_tokenizer(tok_dir)
+    else:
+        tok = train_sentencepiece([train_txt], tok_dir, vocab_size=vocab_size, seed=seed)
+    cfg = InstanceConfig(max_seq_length=max_seq_length)
+    build_dataset([train_txt], tok, train_shards, mode="dynamic", cfg=cfg, seed=seed, progress=True)
+    build_dataset([held_txt], tok, valid_shards, mode="dynamic", cfg=cfg, seed=seed + 1)
+    return train_shards, valid_shards

@@ -1,0 +1,98 @@
+"""Process-group set-up for torchrun, rank helpers, and DDP / FSDP2 wrapping.
+
+Single process:            albertlm pretrain ...
+One machine, N processes:  torchrun --nproc_per_node N -m albertlm pretrain ...
+Several machines:          torchrun --nnodes M --node_rank R --master_addr HOST --nproc_per_node N \
+                               -m albertlm pretrain ...
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them everything here degrades to one process.
+When one rank fails, torchrun's agent stops the others; collectives also carry a timeout, so a rank
+waiting on a dead peer exits with an error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    enabled: bool  # a process group exists (WORLD_SIZE > 1 under torchrun)
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str | None = None, timeout_s: int = 300) -> DistInfo:
+    """Start the process group when launched by torchrun; pick the device (cuda:LOCAL_RANK or cpu)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(f"cuda:{local}" if device == "cuda" else device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    enabled = world > 1
+    if enabled and not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return DistInfo(enabled, rank, local, world, dev)
+
+
+def cleanup(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def print0(info: DistInfo, *args, **kwargs) -> None:
+    if info.is_main:
+        print(*args, **kwargs, flush=True)
+
+
+def all_reduce_sum(info: DistInfo, values: list[float]) -> list[float]:
+    """Sum a few scalars over ranks (float64 on the training device)."""
+    if not info.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=info.device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def any_rank(info: DistInfo, flag: bool) -> bool:
+    """True on every rank if ``flag`` is true on any (e.g. a non-finite loss somewhere)."""
+    return bool(all_reduce_sum(info, [float(flag)])[0] > 0)
+
+
+def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False) -> torch.nn.Module:
+    """DDP (replicated weights) or FSDP2 ``fully_shard`` (sharded weights, grads and optimizer state).
+
+    FSDP2 shards the whole model as one unit: ALBERT's shared group is applied L times per forward, and
+    one unit keeps that reuse trivially correct while still sharding the optimizer state, which is where
+    a large ALBERT's memory goes.
+    """
+    if not info.enabled:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [info.local_rank] if info.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if hasattr(model, "module") else model

@@ -1,0 +1,496 @@
+"""Pretraining: MLM + SOP (or NSP / none) from built shards, one loop for CPU, one GPU and torchrun.
+
+    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-valid --out runs/en
+    torchrun --nproc_per_node 8 -m albertlm pretrain --preset albert-base-v2 --data shards/en --out runs/base
+    albertlm pretrain --out runs/en --resume          # continue exactly where the last checkpoint left off
+
+Batching: a step consumes one global batch of ``global_batch_size`` instances, taken in order from a
+per-epoch permutation seeded by (seed, epoch). It is cut into ``world_size x accumulation`` micro-batches;
+rank r runs micro-batches [r*acc, (r+1)*acc). The gradient is the mean over micro-batches, so N ranks
+compute the same update as one process with N times the accumulation. The data position is (epoch,
+step within epoch), which with the saved RNG states makes ``--resume`` bitwise exact on CPU in fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from albertlm import checkpoint as ckpt
+from albertlm.config import AlbertConfig
+from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
+from albertlm.heads import AlbertForPreTraining
+from albertlm.model import flops_per_token
+from albertlm.optim import build_optimizer, build_scheduler
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (bad settings, too many non-finite losses): one clear message."""
+
+
+@dataclass
+class PretrainConfig:
+    out: str  # run directory: metrics.jsonl, checkpoints/, final/
+    data: str  # built shards (``albertlm data build``)
+    valid_data: str | None = None  # held-out shards for periodic validation
+    preset: str = "albert-tiny"  # model preset; V and special ids are taken from the data's tokenizer
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"sharing": "none"}
+    init_from: str | None = None  # start from these weights (HF-layout dir) instead of a fresh init
+    optimizer: str = "lamb"  # lamb (the paper) | adamw
+    lr: float = 1.76e-3  # the paper's LAMB rate for batch 4096
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    max_steps: int = 1000
+    global_batch_size: int = 128  # instances per optimizer step, over all ranks and micro-batches
+    micro_batch_size: int = 32  # instances per forward on one rank
+    clip_norm: float = 1.0  # global gradient norm (spec section 7)
+    precision: str = "fp32"  # fp32 | bf16 (autocast) | fp16 (autocast + grad scaler)
+    compile: bool | None = None  # torch.compile; None = on for CUDA, off on CPU
+    activation_checkpointing: bool = False
+    fsdp: bool = False  # FSDP2 fully_shard instead of DDP under torchrun
+    pack: bool = False  # pack several instances per row (no padding)
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 20
+    save_every: int = 200
+    keep_last: int = 2
+    max_nonfinite: int = 20  # stop after this many skipped steps with a non-finite loss or gradient
+    num_workers: int = 0  # DataLoader workers per rank
+    device: str | None = None  # cuda | cpu; None = cuda when available
+    peak_tflops: float | None = None  # for MFU; None = known GPU table, or a measured matmul on CPU
+    tensorboard: bool = False
+    progress: bool = True
+
+    def validate(self, world: int) -> int:
+        """Checks the batch arithmetic; returns the accumulation steps per rank."""
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise TrainingError(f"--precision must be fp32, bf16 or fp16, not {self.precision!r}")
+        per_step = self.micro_batch_size * world
+        if self.global_batch_size % per_step:
+            raise TrainingError(
+                f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
+                f"{self.micro_batch_size} x {world} processes; pick a multiple of {per_step}"
+            )
+        if self.max_steps <= 0 or not 0 <= self.warmup_steps <= self.max_steps:
+            raise TrainingError(f"need 0 <= --warmup-steps ({self.warmup_steps}) <= --max-steps ({self.max_steps})")
+        return self.global_batch_size // per_step
+
+
+# ------------------------------------------------------------------------------------------ data order
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch, 0xA1BE]).permutation(n)
+
+
+def rank_micro_batches(global_indices: np.ndarray, micro: int, rank: int, acc: int) -> list[list[int]]:
+    """This rank's micro-batches of one global batch (see the module docstring)."""
+    chunks = [global_indices[i : i + micro].tolist() for i in range(0, len(global_indices), micro)]
+    return chunks[rank * acc : (rank + 1) * acc]
+
+
+class StepBatches:
+    """Yields, step after step, this rank's list of micro-batch index lists; tracks (epoch, step_in_epoch)."""
+
+    def __init__(self, dataset, cfg: PretrainConfig, info: DistInfo, acc: int, epoch: int = 0, step_in_epoch: int = 0):
+        self.ds, self.cfg, self.info, self.acc = dataset, cfg, info, acc
+        self.epoch, self.step_in_epoch = epoch, step_in_epoch
+        self.steps_per_epoch = len(dataset) // cfg.global_batch_size
+        if self.steps_per_epoch == 0:
+            raise TrainingError(
+                f"{cfg.data} holds {len(dataset)} instances, fewer than one global batch "
+                f"({cfg.global_batch_size}); lower --global-batch-size or build more data"
+            )
+        self._perm_epoch, self._perm = -1, None
+
+    def next(self) -> list[list[int]]:
+        if self.step_in_epoch >= self.steps_per_epoch:
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        if self._perm_epoch != self.epoch:
+            if hasattr(self.ds, "set_epoch"):
+                self.ds.set_epoch(self.epoch)  # dynamic mode: fresh pairs and masks every epoch
+            self._perm, self._perm_epoch = epoch_permutation(self.cfg.seed, self.epoch, len(self.ds)), self.epoch
+        g = self.cfg.global_batch_size
+        idx = self._perm[self.step_in_epoch * g : (self.step_in_epoch + 1) * g]
+        self.step_in_epoch += 1
+        return rank_micro_batches(idx, self.cfg.micro_batch_size, self.info.rank, self.acc)
+
+
+def make_collator(cfg: PretrainConfig, dataset, max_len: int):
+    from albertlm.data import PackingCollator, PretrainingCollator
+
+    if cfg.pack:
+        return PackingCollator(max_len, pad_id=dataset.pad_id)
+    return PretrainingCollator(pad_id=dataset.pad_id, pad_to_multiple_of=8 if cfg.device == "cuda" else None)
+
+
+# ------------------------------------------------------------------------------------------ measuring
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0, "4090": 165.0}
+
+
+def peak_flops(cfg: PretrainConfig, info: DistInfo) -> tuple[float, str]:
+    """Peak FLOP/s for MFU: the flag, a table of GPUs (dense bf16), or a measured fp32 matmul on CPU."""
+    if cfg.peak_tflops:
+        return cfg.peak_tflops * 1e12, "--peak-tflops"
+    if info.device.type == "cuda":
+        name = torch.cuda.get_device_name(info.device)
+        for key, tf in PEAK_BF16_TFLOPS.items():
+            if key in name:
+                return tf * 1e12, f"{name} dense bf16"
+        return 0.0, f"{name} unknown"
+    # A private generator: drawing from the global one would shift dropout masks after a resume.
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
+    x @ w
+    start = time.perf_counter()
+    for _ in range(8):
+        x @ w
+    return 8 * 2 * 1024**3 / (time.perf_counter() - start), "measured CPU fp32 matmul"
+
+
+def useful_flops(config: AlbertConfig, batch: dict[str, torch.Tensor]) -> float:
+    """Training FLOPs of one micro-batch: real tokens only, MLM head at masked positions only."""
+    mask = batch.get("attention_mask")
+    seq = batch["input_ids"].shape[1]
+    real = int(batch["input_ids"].numel() if mask is None or mask.dim() == 3 else mask.sum())
+    masked = int((batch["labels"] != -100).sum())
+    c = config
+    per_token = flops_per_token(c, seq, scored_positions=0)
+    head = 3.0 * (2 * c.hidden_size * c.embedding_size + 2 * c.embedding_size * c.vocab_size)
+    return real * per_token + masked * head
+
+
+# ------------------------------------------------------------------------------------------ one step
+def micro_step(model, batch: dict[str, torch.Tensor], autocast) -> tuple[torch.Tensor, dict[str, float]]:
+    with autocast():
+        out = model(**batch)
+    stats = {"mlm_loss": float(out.mlm_loss.detach()), "mlm_correct": 0.0, "mlm_total": 0.0,
+             "sop_loss": 0.0, "sop_correct": 0.0, "sop_total": 0.0}
+    if out.mlm_labels is not None and out.mlm_labels.numel():
+        stats["mlm_correct"] = float((out.prediction_logits.argmax(-1) == out.mlm_labels).sum())
+        stats["mlm_total"] = float(out.mlm_labels.numel())
+    if out.sop_loss is not None:
+        labels = batch["sentence_order_label"]
+        valid = labels != -100
+        stats["sop_loss"] = float(out.sop_loss.detach())
+        stats["sop_correct"] = float(((out.sop_logits.argmax(-1) == labels) & valid).sum())
+        stats["sop_total"] = float(valid.sum())
+    return out.loss, stats
+
+
+@torch.no_grad()
+def evaluate(model, dataset, cfg: PretrainConfig, info: DistInfo, collate, autocast) -> dict[str, float]:
+    """Held-out MLM / SOP loss and accuracy on a fixed slice (epoch 0 masks), split over ranks."""
+    model.eval()
+    n = min(len(dataset), cfg.eval_batches * cfg.micro_batch_size)
+    mine = list(range(info.rank * cfg.micro_batch_size, n, cfg.micro_batch_size * info.world_size))
+    sums = np.zeros(7)
+    for start in mine:
+        batch = collate([dataset[i] for i in range(start, min(start + cfg.micro_batch_size, n))])
+        batch = {k: v.to(info.device) for k, v in batch.items()}
+        _, s = micro_step(model, batch, autocast)
+        sums += [s["mlm_loss"] * s["mlm_total"], s["mlm_correct"], s["mlm_total"],
+                 s["sop_loss"] * s["sop_total"], s["sop_correct"], s["sop_total"],
+                 float((batch["sentence_order_label"] == 1).sum()) if "sentence_order_label" in batch else 0.0]
+    t = all_reduce_sum(info, sums.tolist())
+    model.train()
+    return {
+        "valid_mlm_loss": t[0] / max(t[2], 1), "valid_mlm_acc": t[1] / max(t[2], 1),
+        "valid_sop_loss": t[3] / max(t[5], 1), "valid_sop_acc": t[4] / max(t[5], 1) if t[5] else float("nan"),
+        # accuracy of always answering the held-out majority label: the bar SOP accuracy must clear
+        "valid_sop_majority": max(t[6], t[5] - t[6]) / t[5] if t[5] else float("nan"),
+    }
+
+
+# ------------------------------------------------------------------------------------------ the run
+class Run:
+    """Everything a run holds; ``train()`` is the loop."""
+
+    def __init__(self, cfg: PretrainConfig):
+        from albertlm.data import PretrainingDataset, load_manifest
+
+        self.cfg = cfg
+        self.info = info = init_distributed(cfg.device)
+        cfg.device = info.device.type
+        self.acc = cfg.validate(info.world_size)
+        self.out = Path(cfg.out)
+        self.ckpt_root = self.out / "checkpoints"
+        manifest = load_manifest(cfg.data)
+        self.dataset = PretrainingDataset(cfg.data)
+        self.valid = PretrainingDataset(cfg.valid_data) if cfg.valid_data else None
+        self.task = manifest["settings"].get("task", "sop")
+        tok = manifest["tokenizer"]
+        self.tokenizer_path = tok.get("path")
+        max_len = int(manifest["settings"].get("max_seq_length", 512))
+        overrides = dict(vocab_size=tok["vocab_size"], pad_token_id=tok["pad_id"], bos_token_id=tok["cls_id"],
+                         eos_token_id=tok["sep_id"], **cfg.model_overrides)
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        if cfg.init_from:
+            self.model = AlbertForPreTraining.from_pretrained(cfg.init_from)
+        else:
+            config = AlbertConfig.from_preset(cfg.preset, **overrides)
+            if max_len > config.max_position_embeddings:
+                raise TrainingError(f"{cfg.data}: max_seq_length {max_len} > the model's "
+                                    f"{config.max_position_embeddings} positions")
+            self.model = AlbertForPreTraining(config)
+        self.config = self.model.config
+        self.model.albert.encoder.gradient_checkpointing = cfg.activation_checkpointing
+        self.model.to(info.device).train()
+        # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
+        self.wrapped = wrap_model(self.model, info, cfg.fsdp)
+        self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, cfg.warmup_steps, cfg.max_steps)
+        self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
+        self.collate = make_collator(cfg, self.dataset, max_len)
+        self.step, self.nonfinite, self.tokens_seen = 0, 0, 0
+        self.batches = StepBatches(self.dataset, cfg, info, self.acc)
+
+    # -------------------------------------------------------------- state
+    def autocast(self):
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        return torch.autocast(self.info.device.type, dtype=dtype)
+
+    def resume(self) -> bool:
+        path = ckpt.latest_valid(self.ckpt_root, log=lambda m: print0(self.info, m))
+        if path is None:
+            return False
+        from albertlm.hf import hf_to_ours, load_into, read_state_dict
+
+        state = json.loads((path / "state.json").read_text())
+        if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
+                self.info.world_size, self.cfg.global_batch_size, self.cfg.fsdp):
+            raise TrainingError(f"{path} was written by {state['world_size']} processes, global batch "
+                                f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
+                                "resume with the same settings")
+        opt = ckpt.load_tensors(path / "optimizer.pt")
+        if self.cfg.fsdp and self.info.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            model_sd = hf_to_ours(read_state_dict(path), self.model)
+            set_state_dict(self.wrapped, self.optimizer, model_state_dict=model_sd,
+                           optim_state_dict=opt["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            load_into(self.model, read_state_dict(path), source=str(path))
+            self.optimizer.load_state_dict(opt["optimizer"])
+        self.scheduler.load_state_dict(opt["scheduler"])
+        if "scaler" in opt:
+            self.scaler.load_state_dict(opt["scaler"])
+        self.step, self.nonfinite, self.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
+        self.batches.epoch, self.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
+        ckpt.set_host_rng_state(state["host_rng"])
+        rng_file = path / f"rng_rank{self.info.rank}.pt"
+        ckpt.set_rng_state(ckpt.load_tensors(rng_file))
+        print0(self.info, f"resumed from {path} at step {self.step}")
+        return True
+
+    def save(self) -> Path | None:
+        info = self.info
+        if info.enabled:
+            torch.distributed.barrier()
+        tmp = self.ckpt_root / f".step_{self.step:08d}.tmp"
+        if info.is_main:
+            tmp = ckpt.prepare(self.ckpt_root, self.step)
+        if info.enabled:
+            torch.distributed.barrier()
+        ckpt.write_rank_rng(tmp, info.rank)
+        model_sd, opt_sd = self._full_state()
+        path = None
+        if info.is_main:
+            from albertlm.hf import save_state_dict
+
+            save_state_dict(self.config, "AlbertForPreTraining", model_sd, tmp)
+            extra = {"scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}
+            torch.save({"optimizer": opt_sd, "scheduler": self.scheduler.state_dict(), **extra}, tmp / "optimizer.pt")
+            state = {"step": self.step, "epoch": self.batches.epoch, "step_in_epoch": self.batches.step_in_epoch,
+                     "nonfinite": self.nonfinite, "tokens_seen": self.tokens_seen,
+                     "world_size": info.world_size, "global_batch_size": self.cfg.global_batch_size,
+                     "host_rng": ckpt.host_rng_state(), "config": asdict(self.cfg)}
+            path = ckpt.finalize(self.ckpt_root, tmp, self.step, state, self.cfg.keep_last)
+        if info.enabled:
+            torch.distributed.barrier()
+        return path
+
+    def _full_state(self) -> tuple[dict, dict]:
+        """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
+        if self.cfg.fsdp and self.info.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_state_dict(self.wrapped, self.optimizer, options=opts)
+        return self.model.state_dict(), self.optimizer.state_dict()
+
+    # -------------------------------------------------------------- loop
+    def train(self) -> dict[str, Any]:
+        cfg, info = self.cfg, self.info
+        self.out.mkdir(parents=True, exist_ok=True)
+        if info.is_main:
+            (self.out / "run_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+        model = self.wrapped
+        if cfg.compile if cfg.compile is not None else info.device.type == "cuda":
+            model = torch.compile(model)
+        metrics = MetricsLog(self.out, info, self.step, cfg.tensorboard)
+        peak, peak_src = peak_flops(cfg, info)
+        print0(info, f"model: {self.model.num_parameters():,} parameters ({cfg.preset}, sharing="
+                     f"{self.config.sharing}); data: {len(self.dataset):,} instances, task {self.task}; "
+                     f"{info.world_size} process(es) x {self.acc} accumulation x micro-batch {cfg.micro_batch_size}")
+        bar = _progress(cfg.progress and info.is_main, self.step, cfg.max_steps)
+        window: dict[str, float] = {}
+        t_window = time.perf_counter()
+        last_valid: dict[str, float] = {}
+        while self.step < cfg.max_steps:
+            stats, flops, tokens, finite = self._one_step(model)
+            for k, v in stats.items():
+                window[k] = window.get(k, 0.0) + v
+            window["flops"] = window.get("flops", 0.0) + flops
+            window["tokens"] = window.get("tokens", 0.0) + tokens
+            window["steps"] = window.get("steps", 0.0) + 1
+            self.step += 1
+            bar.update(1)
+            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                row = self._summarize(window, time.perf_counter() - t_window, peak)
+                metrics.write(row)
+                bar.set_postfix_str(f"loss {row['loss']:.3f} mlm {row['mlm_acc']:.3f} sop {row['sop_acc']:.3f} "
+                                    f"lr {row['lr']:.2e} {row['tokens_per_s']:,.0f} tok/s mfu {row['mfu']:.1%}")
+                window, t_window = {}, time.perf_counter()
+            if self.valid is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.max_steps):
+                last_valid = evaluate(model, self.valid, cfg, info, self.collate, self.autocast)
+                metrics.write({"step": self.step, "split": "valid", **last_valid})
+            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+                self.save()
+        bar.close()
+        final = self.out / "final"
+        model_sd, _ = self._full_state()  # a collective under FSDP: every rank takes part
+        if info.is_main:
+            from albertlm.hf import save_state_dict
+
+            save_state_dict(self.config, "AlbertForPreTraining", model_sd, final)
+            self._copy_tokenizer(final)
+        metrics.close()
+        return {"steps": self.step, "tokens": self.tokens_seen, "final": str(final),
+                "metrics": str(metrics.path), "nonfinite_steps": self.nonfinite, **last_valid}
+
+    def _one_step(self, model) -> tuple[dict[str, float], float, int, bool]:
+        cfg, info = self.cfg, self.info
+        micro = self.batches.next()
+        sums: dict[str, float] = {}
+        flops, tokens = 0.0, 0
+        for i, indices in enumerate(micro):
+            cpu_batch = self.collate([self.dataset[j] for j in indices])
+            batch = {k: v.to(info.device, non_blocking=True) for k, v in cpu_batch.items()}
+            sync = contextlib.nullcontext()
+            if info.enabled and not cfg.fsdp and i < len(micro) - 1:
+                sync = model.no_sync()  # all-reduce once per step, on the last micro-batch
+            with sync:
+                loss, s = micro_step(model, batch, self.autocast)
+                self.scaler.scale(loss / len(micro)).backward()
+            for k, v in s.items():
+                sums[k] = sums.get(k, 0.0) + v
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / len(micro)
+            flops += useful_flops(self.config, batch)
+            am = batch.get("attention_mask")
+            real = am.sum() if am is not None and am.dim() == 2 else (batch["input_ids"] != self.dataset.pad_id).sum()
+            tokens += int(real)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        bad = any_rank(info, not (math.isfinite(sums["loss"]) and torch.isfinite(grad_norm).item()))
+        if bad and not self.scaler.is_enabled():
+            self.nonfinite += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            print0(info, f"step {self.step + 1}: non-finite loss or gradient, update skipped "
+                         f"({self.nonfinite}/{cfg.max_nonfinite})")
+            if self.nonfinite >= cfg.max_nonfinite:
+                raise TrainingError(f"{self.nonfinite} steps with a non-finite loss or gradient; stopping without "
+                                    "saving. Lower --lr, use --precision fp32 or bf16, or check the data")
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        sums["grad_norm"] = float(grad_norm)
+        self.tokens_seen += tokens * info.world_size
+        return sums, flops * info.world_size, tokens * info.world_size, not bad
+
+    def _summarize(self, w: dict[str, float], seconds: float, peak: float) -> dict[str, Any]:
+        steps = w["steps"]
+        t = all_reduce_sum(self.info, [w.get("mlm_correct", 0), w.get("mlm_total", 0),
+                                       w.get("sop_correct", 0), w.get("sop_total", 0)])
+        return {
+            "step": self.step, "loss": w["loss"] / steps, "mlm_loss": w["mlm_loss"] / steps / self.acc,
+            "sop_loss": w["sop_loss"] / steps / self.acc, "mlm_acc": t[0] / max(t[1], 1),
+            "sop_acc": t[2] / max(t[3], 1) if t[3] else float("nan"),
+            "lr": self.scheduler.get_last_lr()[0], "grad_norm": w["grad_norm"] / steps,
+            "tokens_per_s": w["tokens"] / seconds, "mfu": w["flops"] / seconds / peak if peak else 0.0,
+            "tokens_seen": self.tokens_seen, "nonfinite_steps": self.nonfinite, "time": time.time(),
+        }
+
+    def _copy_tokenizer(self, final: Path) -> None:
+        if self.tokenizer_path and Path(self.tokenizer_path).exists():
+            from albertlm.tokenizer import load_tokenizer
+
+            load_tokenizer(self.tokenizer_path).save(final)
+
+
+class MetricsLog:
+    """metrics.jsonl (rank 0), truncated past the resumed step so a resumed run's file stays consistent."""
+
+    def __init__(self, out: Path, info: DistInfo, resumed_step: int, tensorboard: bool):
+        self.path = out / "metrics.jsonl"
+        self.enabled = info.is_main
+        self.tb = None
+        if not self.enabled:
+            return
+        if self.path.exists():
+            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resumed_step]
+            self.path.write_text("".join(ln + "\n" for ln in keep))
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(out / "tensorboard"))
+            except ImportError:
+                print("tensorboard is not installed; metrics go to metrics.jsonl only")
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.tb is not None:
+            prefix = row.get("split", "train")
+            for k, v in row.items():
+                if isinstance(v, float | int) and k not in ("step", "time"):
+                    self.tb.add_scalar(f"{prefix}/{k}", v, row["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _progress(enabled: bool, initial: int, total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, desc="pretrain", dynamic_ncols=True)
+
+
+def pretrain(cfg: PretrainConfig, resume: bool = False) -> dict[str, Any]:
+    """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group."""
+    run = Run(cfg)
+    try:
+        if resume and not run.resume():
+            print0(run.info, f"no checkpoint under {run.ckpt_root}; starting from step 0")
+        result = run.train()
+        result["world_size"] = run.info.world_size
+        return result
+    finally:
+        cleanup(run.info)

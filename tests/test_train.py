@@ -1,0 +1,194 @@
+"""Pretraining loop: end to end, exact resume after SIGKILL, DDP == single process, non-finite guard."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from albertlm.train import PretrainConfig, TrainingError, pretrain, rank_micro_batches
+
+TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16, num_hidden_layers=2,
+            hidden_dropout_prob=0.1)  # dropout on: resume must restore the RNG too
+TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory) -> Path:
+    """~250 documents of stdlib docstrings -> a 600-piece SentencePiece model -> dynamic shards (seq 64)."""
+    from albertlm.data import build_dataset
+    from albertlm.demo import _sentences, stdlib_docstrings
+    from albertlm.pretraining_data import InstanceConfig
+    from albertlm.tokenizer import train_sentencepiece
+
+    root = tmp_path_factory.mktemp("pretrain")
+    text = root / "corpus.txt"
+    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
+    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 250)))
+    tok = train_sentencepiece([text], root / "tok", vocab_size=600)
+    build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
+    return root / "shards"
+
+
+def config(shards: Path, out: Path, **kw) -> PretrainConfig:
+    base = dict(out=str(out), data=str(shards), valid_data=str(shards), model_overrides=dict(TINY), max_steps=6,
+                warmup_steps=2, global_batch_size=8, micro_batch_size=4, log_every=2, eval_every=3, eval_batches=2,
+                save_every=3, progress=False, lr=5e-3)
+    return PretrainConfig(**{**base, **kw})
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "albertlm", "pretrain", *args]
+
+
+def test_micro_batches_split_global_batch_in_rank_order():
+    g = list(range(8))
+    import numpy as np
+
+    assert rank_micro_batches(np.array(g), 2, rank=0, acc=2) == [[0, 1], [2, 3]]
+    assert rank_micro_batches(np.array(g), 2, rank=1, acc=2) == [[4, 5], [6, 7]]
+    assert rank_micro_batches(np.array(g), 2, rank=0, acc=4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_end_to_end_writes_metrics_checkpoints_and_hf_model(shards, tmp_path):
+    result = pretrain(config(shards, tmp_path))
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "split" not in r]
+    valid = [r for r in rows if r.get("split") == "valid"]
+    assert [r["step"] for r in train] == [2, 4, 6] and [r["step"] for r in valid] == [3, 6]
+    assert all(0 <= r["mlm_acc"] <= 1 and r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in train)
+    assert 0.5 <= valid[-1]["valid_sop_majority"] <= 1
+    assert result["steps"] == 6 and (tmp_path / "final" / "spiece.model").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
+    transformers = pytest.importorskip("transformers")
+    hf, info = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "final", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_sigkill_then_resume_is_bitwise_exact(shards, tmp_path):
+    """Kill -9 at several points (between steps, during a save); resuming gives the uninterrupted weights."""
+    common = ["--data", str(shards), "--max-steps", "8", "--warmup-steps", "2", "--global-batch-size", "8",
+              "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "2", "--lr", "5e-3",
+              "--eval-every", "1000", "--no-progress", *TINY_SET]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ref = tmp_path / "ref"
+    subprocess.run(cli("--out", str(ref), *common), check=True, env=env, capture_output=True)
+    expected = _weights(ref / "final")
+    for kill_after in (2, 5):
+        out = tmp_path / f"kill{kill_after}"
+        proc = subprocess.Popen(cli("--out", str(out), *common), env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        target = out / "checkpoints" / f"step_{kill_after:08d}"
+        deadline = time.time() + 120
+        while not target.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not (out / "final").exists(), "the run finished before it could be killed"
+        done = subprocess.run(cli("--out", str(out), "--resume", "--no-progress"), env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr
+        assert "resumed from" in done.stdout
+        got = _weights(out / "final")
+        assert got.keys() == expected.keys()
+        for k in expected:
+            assert torch.equal(got[k], expected[k]), f"kill after step {kill_after}: {k} differs"
+
+
+@pytest.mark.distributed
+def test_two_process_ddp_equals_single_process(shards, tmp_path):
+    """torchrun with 2 gloo ranks == one process with twice the accumulation (same global batch)."""
+    common = ["--data", str(shards), "--max-steps", "3", "--warmup-steps", "1", "--global-batch-size", "8",
+              "--micro-batch-size", "2", "--save-every", "1000", "--eval-every", "1000", "--no-progress",
+              "--lr", "5e-3", *[s for s in TINY_SET if "dropout" not in s], "--set=hidden_dropout_prob=0",
+              "--set=classifier_dropout_prob=0"]  # no dropout: ranks draw different masks
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single = subprocess.run(cli("--out", str(tmp_path / "one"), *common), env=env, capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+         "-m", "albertlm", "pretrain", "--out", str(tmp_path / "two"), *common],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    fsdp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+         "-m", "albertlm", "pretrain", "--out", str(tmp_path / "fsdp"), "--fsdp", *common],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    a = _weights(tmp_path / "one" / "final")
+    for run in ("two", "fsdp"):
+        b = _weights(tmp_path / run / "final")
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], atol=1e-5, rtol=1e-4, msg=f"{run}: {k}")
+    assert json.loads((tmp_path / "two" / "checkpoints" / "step_00000003" / "state.json").read_text())[
+        "world_size"] == 2
+
+
+@pytest.mark.distributed
+def test_one_rank_dying_stops_every_rank(shards, tmp_path):
+    """SIGKILL one of two workers mid-run: torchrun stops the other and exits non-zero, no hang."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
+         "-m", "albertlm", "pretrain", "--data", str(shards), "--out", str(tmp_path), "--max-steps", "100000",
+         "--global-batch-size", "8", "--micro-batch-size", "2", "--log-every", "1", "--save-every", "100000",
+         "--eval-every", "100000", "--no-progress", *TINY_SET],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.time() + 120
+    while not (tmp_path / "metrics.jsonl").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2, workers
+    os.kill(int(workers[1]), signal.SIGKILL)
+    try:
+        out, _ = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the surviving rank hung after its peer died")
+    assert proc.returncode != 0
+    assert "FAILED" in out and "SIGKILL" in out, out[-2000:]
+
+
+def test_nonfinite_steps_are_skipped_then_stop_without_nan_checkpoint(shards, tmp_path, monkeypatch):
+    import albertlm.train as train
+
+    real = train.micro_step
+
+    def poisoned(model, batch, autocast):
+        loss, stats = real(model, batch, autocast)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(train, "micro_step", poisoned)
+    with pytest.raises(TrainingError, match="3 steps with a non-finite loss"):
+        pretrain(config(shards, tmp_path, max_nonfinite=3, save_every=1, valid_data=None))
+    saved = list((tmp_path / "checkpoints").glob("step_*"))
+    assert saved, "checkpoints before the stop are kept"
+    for path in saved:  # skipped updates leave the weights as they were: every saved tensor is finite
+        assert all(torch.isfinite(t).all() for t in _weights(path).values())
+    assert not (tmp_path / "final").exists()
+
+
+def test_bad_settings_are_clear_errors(shards, tmp_path):
+    with pytest.raises(TrainingError, match="not a multiple of --micro-batch-size"):
+        pretrain(config(shards, tmp_path, global_batch_size=10, micro_batch_size=4))
+    with pytest.raises(TrainingError, match="fewer than one global batch"):
+        pretrain(config(shards, tmp_path, global_batch_size=100_000, micro_batch_size=4))
+    r = subprocess.run(cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")), capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "no manifest.json" in r.stderr and "Traceback" not in r.stderr
