@@ -1,0 +1,95 @@
+"""Paper Figure 1: how much each layer changes its input, for shared (ALBERT) and unshared (BERT) models.
+
+For every computed layer l, over the real tokens of sentences from a corpus file: the mean L2 distance
+and the mean cosine similarity between the layer's input h_{l-1} and output h_l. The paper finds the
+transitions smooth for ALBERT (sharing stabilises the parameters) and oscillating for BERT.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class LayerStats:
+    model: str
+    layer: int  # 1-based computed layer
+    l2_distance: float
+    cosine_similarity: float
+
+
+def read_sentences(path: str | Path, limit: int) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: corpus file not found")
+    out = []
+    with open(p, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                out.append(line.strip())
+                if len(out) >= limit:
+                    break
+    if not out:
+        raise ValueError(f"{p}: no non-empty lines")
+    return out
+
+
+@torch.no_grad()
+def layer_transitions(model_dir: str | Path, sentences: list[str], max_length: int = 128,
+                      batch_size: int = 16) -> list[LayerStats]:
+    from albertlm.model import AlbertModel
+    from albertlm.tokenizer import load_tokenizer
+
+    model = AlbertModel.from_pretrained(model_dir).eval()
+    tok = load_tokenizer(model_dir)
+    depth = model.config.num_hidden_layers
+    l2 = torch.zeros(depth, dtype=torch.float64)
+    cos = torch.zeros(depth, dtype=torch.float64)
+    count = 0
+    for i in range(0, len(sentences), batch_size):
+        enc = tok.batch_encode(sentences[i : i + batch_size], max_length=max_length, return_tensors="pt")
+        out = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)
+        real = enc["attention_mask"].bool()
+        states = out.hidden_states  # projected embeddings, then the output of every computed layer
+        for layer in range(depth):
+            a, b = states[layer][real].double(), states[layer + 1][real].double()
+            l2[layer] += (b - a).norm(dim=-1).sum()
+            cos[layer] += torch.nn.functional.cosine_similarity(a, b, dim=-1).sum()
+        count += int(real.sum())
+    name = str(model_dir)
+    return [LayerStats(name, layer + 1, float(l2[layer] / count), float(cos[layer] / count))
+            for layer in range(depth)]
+
+
+def write_report(stats: list[LayerStats], out_dir: str | Path) -> tuple[Path, Path, Path]:
+    """layers.json, layers.md and layers.png (two panels, one line per model)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "layers.json").write_text(json.dumps([asdict(s) for s in stats], indent=1))
+    lines = ["| model | layer | L2 distance | cosine similarity |", "|---|---|---|---|"]
+    lines += [f"| {s.model} | {s.layer} | {s.l2_distance:.4f} | {s.cosine_similarity:.4f} |" for s in stats]
+    (out / "layers.md").write_text("\n".join(lines) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for model in dict.fromkeys(s.model for s in stats):
+        rows = [s for s in stats if s.model == model]
+        label = Path(model).name if Path(model).name != "final" else Path(model).parent.name
+        axes[0].plot([r.layer for r in rows], [r.l2_distance for r in rows], marker="o", label=label)
+        axes[1].plot([r.layer for r in rows], [r.cosine_similarity for r in rows], marker="o", label=label)
+    for ax, title in zip(axes, ("L2 distance (input, output)", "cosine similarity (input, output)"), strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "layers.png", dpi=110)
+    plt.close(fig)
+    return out / "layers.json", out / "layers.md", out / "layers.png"

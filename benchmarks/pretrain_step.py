@@ -1,0 +1,219 @@
+"""Pretraining step: albertlm.AlbertForPreTraining against transformers.AlbertForPreTraining, side by side.
+
+Same config, same weights, same batch (random tokens, 15% of positions labelled for MLM, SOP labels),
+same precision and the same optimizer (AdamW, torch's foreach/fused kernel). One timed step = forward,
+backward, optimizer step. The two are timed in alternation, medians reported, ratio = ours / HF tokens/s.
+
+    python benchmarks/pretrain_step.py                                      # CPU fp32, albert-base, 8 x 128
+    python benchmarks/pretrain_step.py --device cuda --dtype bf16 --batch-size 256 --seq-len 128 --hf-compile
+    python benchmarks/pretrain_step.py --preset albert-large-v2 --device cuda --dtype bf16 --batch-size 64 --seq-len 512
+    python benchmarks/pretrain_step.py --packing-data runs/en/shards        # + packing on real shards
+
+MFU (model FLOPs utilization) counts useful work only, the formula of docs/anchors.md with P = the
+masked positions: per token 3 * [L(8H^2 + 4HI + 4SH) + 2EH] over real tokens, plus 3 * (2HE + 2EV) per
+masked position; divided by time and the peak (989 TFLOP/s dense bf16 on H100/H200; on CPU a measured
+fp32 matmul stands in for the peak). HF's own extra work (scoring every position) earns it nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+import torch
+
+import albertlm
+from albertlm import AlbertConfig
+from albertlm.train import PEAK_BF16_TFLOPS, useful_flops
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_batch(config: AlbertConfig, B: int, S: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (B, S), generator=g)
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(B, S, generator=g) < 0.15
+    chosen[:, 0] = False
+    labels[chosen] = ids[chosen]
+    ids[chosen] = 4  # [MASK]
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones(B, S, dtype=torch.long),
+        "token_type_ids": (torch.arange(S) >= S // 2).long().expand(B, S).contiguous(),
+        "labels": labels,
+        "sentence_order_label": torch.randint(0, 2, (B,), generator=g),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def step_fn(model, opt, batch, dtype, device):
+    def step():
+        with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def peak(device: str, dtype: torch.dtype) -> tuple[float, str]:
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        for key, tf in PEAK_BF16_TFLOPS.items():
+            if key in name:
+                return tf * 1e12, f"{name} dense bf16"
+        return 0.0, name
+    x = torch.randn(2048, 2048)
+    w = torch.randn(2048, 2048)
+    x @ w
+    t = time.perf_counter()
+    for _ in range(5):
+        x @ w
+    return 5 * 2 * 2048**3 / (time.perf_counter() - t), "measured CPU fp32 matmul"
+
+
+def measure(runs: dict, reps: int, warmup: int, device: str) -> dict[str, list[float]]:
+    for fn in runs.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(reps):
+        for k, fn in runs.items():
+            sync(device)
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            times[k].append(time.perf_counter() - t)
+    return times
+
+
+def peak_memory(fn, device: str) -> float | None:
+    if device != "cuda":
+        return None
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    sync(device)
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def packing_comparison(path: str, config: AlbertConfig, micro: int, reps: int, device: str) -> dict:
+    """Real-token throughput on real shards: dynamic padding vs packing rows to the max length."""
+    from albertlm.data import PackingCollator, PretrainingCollator, PretrainingDataset, load_manifest
+
+    ds = PretrainingDataset(path)
+    max_len = int(load_manifest(path)["settings"]["max_seq_length"])
+    cfg = config.replace(vocab_size=ds.special.vocab_size)
+    torch.manual_seed(0)
+    model = albertlm.AlbertForPreTraining(cfg).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    items = [ds[i] for i in range(micro * reps)]
+    out = {}
+    for name, collate in (("padded", PretrainingCollator(ds.pad_id)), ("packed", PackingCollator(max_len, ds.pad_id))):
+        real, seconds, rows = 0, 0.0, 0
+        for r in range(reps):
+            batch = {k: v.to(device) for k, v in collate(items[r * micro : (r + 1) * micro]).items()}
+            real += sum(len(x["input_ids"]) for x in items[r * micro : (r + 1) * micro])
+            rows += batch["input_ids"].shape[0]
+            fn = step_fn(model, opt, batch, torch.float32, device)
+            if r == 0:
+                fn()  # warm-up
+            sync(device)
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            seconds += time.perf_counter() - t
+        out[name] = {"real_tokens_per_s": real / seconds, "rows": rows}
+    lengths = [len(x["input_ids"]) for x in items]
+    out["padding_fraction"] = 1 - sum(lengths) / (max(lengths) * len(lengths))  # padded to the batch max
+    out["ratio_packed_over_padded"] = out["packed"]["real_tokens_per_s"] / out["padded"]["real_tokens_per_s"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="albert-base-v2")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--hf-compile", action="store_true", help="also time HF under torch.compile")
+    ap.add_argument("--compile", action="store_true", help="also time ours under torch.compile")
+    ap.add_argument("--packing-data", help="real shards for the packing comparison")
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args()
+
+    import transformers
+
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    config = AlbertConfig.from_preset(args.preset)
+    torch.manual_seed(0)
+    hf_cfg = transformers.AlbertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
+    hf_cfg._attn_implementation = "sdpa"
+    hf = transformers.AlbertForPreTraining(hf_cfg)
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        ours = albertlm.AlbertForPreTraining.from_pretrained(d)
+    hf, ours = hf.to(args.device).train(), ours.to(args.device).train()
+    fused = {"fused": True} if args.device == "cuda" else {"foreach": True}
+    opt_h = torch.optim.AdamW(hf.parameters(), lr=1e-5, **fused)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-5, **fused)
+    B, S = args.batch_size, args.seq_len
+    batch = make_batch(config, B, S, args.device)
+    runs = {"ours": step_fn(ours, opt_o, batch, dtype, args.device),
+            "hf_sdpa": step_fn(hf, opt_h, batch, dtype, args.device)}
+    if args.compile:
+        runs["ours_compile"] = step_fn(torch.compile(ours), opt_o, batch, dtype, args.device)
+    if args.hf_compile:
+        runs["hf_compile"] = step_fn(torch.compile(hf), opt_h, batch, dtype, args.device)
+    mem = {k: peak_memory(fn, args.device) for k, fn in runs.items()}
+    times = measure(runs, args.reps, args.warmup, args.device)
+    peak_flops, peak_src = peak(args.device, dtype)
+    flops = useful_flops(config, {k: v.cpu() for k, v in batch.items()})
+    print(f"{args.preset} pretraining step (fwd+bwd+AdamW), batch {B} x seq {S}, {args.device} {args.dtype}, "
+          f"{torch.get_num_threads()} threads, median of {args.reps}; MFU vs {peak_src} "
+          f"({peak_flops / 1e12:.2f} TFLOP/s)")
+    result = {"preset": args.preset, "batch_size": B, "seq_len": S, "device": args.device, "dtype": args.dtype,
+              "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "transformers": transformers.__version__, "peak": peak_src, "engines": {}}
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        row = {"median_s": med, "tokens_per_s": B * S / med, "mfu": flops / med / peak_flops if peak_flops else 0,
+               "peak_mem_gib": mem[k]}
+        result["engines"][k] = row
+        m = f"  peak {mem[k]:.1f} GiB" if mem[k] is not None else ""
+        print(f"  {k:13s} {med * 1000:9.1f} ms  {row['tokens_per_s']:10,.0f} tokens/s  MFU {row['mfu']:6.1%}{m}")
+    base = statistics.median(times["hf_sdpa"])
+    for k in times:
+        if k != "hf_sdpa":
+            r = base / statistics.median(times[k])
+            result[f"ratio_{k}_over_hf_sdpa"] = r
+            print(f"ratio {k} / HF SDPA (tokens/s): {r:.2f}x")
+    if "hf_compile" in times:
+        r = statistics.median(times["hf_compile"]) / statistics.median(times["ours"])
+        result["ratio_ours_over_hf_compile"] = r
+        print(f"ratio ours / HF+compile (tokens/s): {r:.2f}x")
+    if args.packing_data:
+        p = packing_comparison(args.packing_data, config, B * 4, max(3, args.reps // 2), args.device)
+        result["packing"] = p
+        print(f"packing on {args.packing_data}: padding fraction {p['padding_fraction']:.1%}; real tokens/s "
+              f"padded {p['padded']['real_tokens_per_s']:,.0f} vs packed {p['packed']['real_tokens_per_s']:,.0f} "
+              f"-> {p['ratio_packed_over_padded']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
