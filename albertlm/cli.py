@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # (module under albertlm.commands) in the order `albertlm --help` lists them
-COMMANDS = ["params", "forward", "init", "tokenizer", "data", "pretrain", "plot", "analyze", "ablate"]
+COMMANDS = ["params", "forward", "init", "tokenizer", "data", "pretrain", "plot", "finetune", "analyze", "ablate"]
 
 
 class UserError(Exception):

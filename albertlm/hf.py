@@ -144,6 +144,7 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
 def hf_to_ours(sd: dict[str, torch.Tensor], model: AlbertPreTrainedModel) -> dict[str, torch.Tensor]:
     """Apply HF_RULES: drop tied/buffer keys, add or strip the ``albert.`` prefix, fold the projection."""
     has_base = hasattr(model, "albert")
+    base = model.albert if has_base else model
     out: dict[str, torch.Tensor] = {}
     decoder_bias = None
     for key, value in sd.items():
@@ -155,6 +156,8 @@ def hf_to_ours(sd: dict[str, torch.Tensor], model: AlbertPreTrainedModel) -> dic
             key = "albert." + key  # a bare AlbertModel checkpoint loaded under a task head
         elif not has_base and key.startswith("albert."):
             key = key[len("albert.") :]
+        if base.pooler is None and re.match(r"(albert\.)?pooler\.", key):
+            continue  # heads without a pooler (tagging, span QA) ignore it, as HF does
         out[key] = value
     if decoder_bias is not None and "predictions.bias" not in out:
         out["predictions.bias"] = decoder_bias  # legacy saves with only the decoder's copy

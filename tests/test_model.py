@@ -247,3 +247,11 @@ def test_tf_checkpoint_round_trip_through_our_model():
     load_into(clone, hf_sd)
     for k, v in own.items():
         assert torch.equal(v, clone.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("head", [albertlm.AlbertForTokenClassification, albertlm.AlbertForQuestionAnswering,
+                                  albertlm.AlbertForQuestionAnsweringV2])
+def test_pretraining_checkpoint_loads_into_heads_without_pooler(tmp_path, head):
+    albertlm.AlbertForPreTraining(tiny()).save_pretrained(tmp_path)
+    model = head.from_pretrained(tmp_path)
+    assert model.albert.pooler is None and model.newly_initialized_keys

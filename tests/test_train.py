@@ -192,3 +192,11 @@ def test_bad_settings_are_clear_errors(shards, tmp_path):
     r = subprocess.run(cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")), capture_output=True,
                        text=True)
     assert r.returncode == 2 and "no manifest.json" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_and_activation_checkpointing_run(shards, tmp_path, precision):
+    result = pretrain(config(shards, tmp_path, precision=precision, activation_checkpointing=True, max_steps=2,
+                             warmup_steps=1, save_every=2, valid_data=None))
+    assert result["steps"] == 2
+    assert all(torch.isfinite(t).all() for t in _weights(tmp_path / "final").values())

@@ -1,0 +1,94 @@
+"""What every reader returns: one small dataclass per task kind, and the bad-row policy they share.
+
+Each example keeps ``source`` ("file:line") so an error found later (an unknown label, say) can still
+name where the row came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """A malformed input file; the message names the file and line (the CLI prints it as one line)."""
+
+
+@dataclass
+class TextExample:
+    """Sentence or sentence-pair classification / regression (GLUE, CLUE, ChnSentiCorp)."""
+
+    text_a: str
+    text_b: str | None = None
+    label: str | None = None  # label name as written in the file (a number string for regression)
+    source: str = ""
+
+
+@dataclass
+class TaggingExample:
+    """One sentence as words (characters for Chinese NER) with one tag per word."""
+
+    words: list[str]
+    tags: list[str] | None = None
+    source: str = ""
+
+
+@dataclass
+class QAExample:
+    """SQuAD / CMRC question over a context; ``answer_starts`` are character offsets into ``context``."""
+
+    qid: str
+    question: str
+    context: str
+    answers: list[str] = field(default_factory=list)
+    answer_starts: list[int] = field(default_factory=list)
+    is_impossible: bool = False
+    source: str = ""
+
+
+@dataclass
+class ChoiceExample:
+    """RACE-style multiple choice: context + question + one of ``options`` (index ``label``)."""
+
+    context: str
+    question: str
+    options: list[str]
+    label: int | None = None
+    source: str = ""
+
+
+Example = TextExample | TaggingExample | QAExample | ChoiceExample
+
+
+class RowPolicy:
+    """Raise on the first bad row (default), or count and skip it (``--skip-bad-rows``)."""
+
+    def __init__(self, skip_bad_rows: bool = False):
+        self.skip = skip_bad_rows
+        self.skipped = 0
+        self.first: str | None = None  # the first skipped row's message, for the summary
+
+    def bad(self, path: Path | str, line: int | None, msg: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        if not self.skip:
+            raise DataError(f"{where}: {msg} (pass --skip-bad-rows to skip such rows)")
+        self.skipped += 1
+        self.first = self.first or f"{where}: {msg}"
+
+
+def check_nonempty(path: Path, examples: list, policy: RowPolicy) -> list:
+    if not examples:
+        extra = f" ({policy.skipped} bad rows skipped)" if policy.skipped else ""
+        raise DataError(f"{path}: no examples found{extra}; is this the right file for the task?")
+    return examples
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines. Split on "\\n" only: ``str.splitlines`` also breaks at U+2028 / U+0085, which
+    occur inside FewCLUE IFLYTEK JSON strings and would cut a row in two."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # -sig: the MSR paraphrase files carry a BOM
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); convert the file to UTF-8") from None
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and lines[-1] == "" else lines

@@ -1,0 +1,126 @@
+"""End to end through the CLI on slices of the real data with a tiny model: finetune -> evaluate ->
+predict, save/load round trip, a transformers-saved directory, a pretraining checkpoint under every
+head, and bad input reported as one line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from albertlm import AlbertConfig, AlbertForPreTraining, AlbertForSequenceClassification
+from albertlm.cli import main
+from albertlm.tasks.registry import TASKS
+
+TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2, embedding_size=16)
+
+
+def tiny_flags() -> list[str]:
+    return [f"--set={k}={v}" for k, v in TINY.items()]
+
+
+FAST = ["--quiet", "--max-steps", "6", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "64"]
+
+
+def _sst2_slice(data: Path, tmp: Path) -> Path:
+    out = tmp / "sst2"
+    out.mkdir()
+    for name, n in (("train_full.tsv", 200), ("dev.tsv", 60)):
+        lines = (data / "glue_sst2" / name).read_text(encoding="utf-8").splitlines()[: n + 1]
+        (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def test_finetune_evaluate_predict(data, en_tok_dir, tmp_path, capsys):
+    sst = _sst2_slice(data, tmp_path)
+    out = tmp_path / "ft"
+    args = ["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*args, "--out", str(out), "--eval-every", "3", *FAST, *tiny_flags()]) == 0
+    assert "wrote model + tokenizer" in capsys.readouterr().out
+    assert {"config.json", "model.safetensors", "spiece.model", "metrics.json", "metrics.jsonl"} <= {
+        p.name for p in out.iterdir()
+    }
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [3, 6] and all("accuracy" in r for r in rows)
+    final = json.loads((out / "metrics.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "0", "1": "1"} and config["albertlm_task"]["name"] == "sst2"
+
+    # evaluate from the saved directory alone reproduces the training-time metric
+    assert main(["evaluate", "--data", str(sst), "--model", str(out), "--max-seq-length", "64"]) == 0
+    got = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert got["accuracy"] == pytest.approx(final["metrics"]["accuracy"])
+
+    inp = tmp_path / "in.txt"
+    inp.write_text('{"text": "a charming film"}\nan awful , boring mess\n', encoding="utf-8")
+    assert main(["predict", "--model", str(out), "--input", str(inp), "--quiet"]) == 0
+    preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(preds) == 2 and set(preds[0]["probabilities"]) == {"0", "1"}
+    assert sum(preds[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+
+    # save / load round trip: same logits from the reloaded model
+    m = AlbertForSequenceClassification.from_pretrained(out)
+    x = torch.tensor([[2, 10, 11, 12, 3]])
+    m2 = AlbertForSequenceClassification.from_pretrained(out)
+    torch.testing.assert_close(m(x).logits, m2(x).logits)
+
+
+def test_transformers_saved_directory(data, en_tok_dir, tmp_path, capsys):
+    """A directory from transformers' save_pretrained fine-tunes like ours: same starting logits."""
+    transformers = pytest.importorskip("transformers")
+    from albertlm.tokenizer import load_tokenizer
+
+    vocab = load_tokenizer(en_tok_dir).vocab_size
+    hf_config = transformers.AlbertConfig(vocab_size=vocab, num_labels=2, classifier_dropout_prob=0.0, **TINY)
+    torch.manual_seed(0)
+    hf = transformers.AlbertForSequenceClassification(hf_config).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    ours = AlbertForSequenceClassification.from_pretrained(tmp_path / "hf")
+    x = torch.tensor([[2, 10, 11, 12, 3]])
+    torch.testing.assert_close(ours(x).logits, hf(x).logits, atol=1e-5, rtol=1e-4)
+    sst = _sst2_slice(data, tmp_path)
+    args = ["finetune", "--task", "sst2", "--data", str(sst), "--model", str(tmp_path / "hf")]
+    assert main([*args, "--tokenizer", str(en_tok_dir), "--out", str(tmp_path / "ft"), *FAST]) == 0
+    assert (tmp_path / "ft" / "model.safetensors").is_file()
+    # and our fine-tuned output loads back into transformers
+    back = transformers.AlbertForSequenceClassification.from_pretrained(tmp_path / "ft").eval()
+    ours = AlbertForSequenceClassification.from_pretrained(tmp_path / "ft")
+    torch.testing.assert_close(ours(x).logits, back(x).logits, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("task", ["sst2", "stsb", "pku-ner", "squad", "squad2", "chid"])
+def test_pretraining_checkpoint_under_every_head(task, tmp_path):
+    """--model DIR with an AlbertForPreTraining checkpoint: encoder loaded, head freshly initialised."""
+    from albertlm.finetune import HEADS, build_model
+
+    ckpt = tmp_path / "pt"
+    AlbertForPreTraining(AlbertConfig(vocab_size=100, **TINY)).save_pretrained(ckpt)
+
+    class Tok:
+        vocab_size = 100
+
+    t = TASKS[task]
+    model = build_model(t, str(ckpt), Tok(), ["O", "B-PER", "I-PER"] if t.kind == "tagging" else ["0", "1"], {})
+    assert isinstance(model, HEADS[t.kind]) and model.newly_initialized_keys
+    assert not any(k.startswith("albert.") for k in model.newly_initialized_keys)
+
+
+def test_bad_input_is_one_line(data, en_tok_dir, tmp_path, capsys):
+    sst = tmp_path / "bad"
+    sst.mkdir()
+    (sst / "train.tsv").write_text("sentence\tlabel\ngood\t1\nfine\tmaybe\n", encoding="utf-8")
+    (sst / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n", encoding="utf-8")
+    base = ["finetune", "--data", str(sst), "--tokenizer", str(en_tok_dir), "--out", str(tmp_path / "o"), *FAST]
+    cases = [
+        (["--task", "sst2", "--model", "albert-tiny"], "train.tsv:3: unknown label 'maybe'"),
+        (["--task", "nope", "--model", "albert-tiny"], "unknown task 'nope'"),
+        (["--task", "sst2", "--model", str(tmp_path / "missing")], "neither a preset"),
+    ]
+    for extra, msg in cases:
+        assert main([*base, *extra, *tiny_flags()]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--out", "x"]) == 2
+    assert "--tokenizer" in capsys.readouterr().err

@@ -1,0 +1,69 @@
+"""SQuAD windowing: gold answer text recovered exactly from token character offsets (real SQuAD and
+CMRC examples), window layout and p_mask, and logits -> answer text."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from albertlm.tasks import RowPolicy, get_task, read_split
+from albertlm.tasks.squad import best_spans_v1, make_features, token_spans
+from albertlm.tokenizer import load_tokenizer
+
+
+def _round_trip(examples, tok, **kw):
+    feats, dropped = make_features(examples, tok, training=True, **kw)
+    exact = inside = total = 0
+    for f in feats:
+        if f.is_impossible:
+            continue
+        ex = examples[f.example_index]
+        text = ex.context[f.token_spans[f.start_position][0] : f.token_spans[f.end_position][1]]
+        total += 1
+        exact += text == ex.answers[0]
+        inside += ex.answers[0] in text
+    return feats, dropped, exact, inside, total
+
+
+def test_squad_offsets_round_trip(data, en_tok_dir):
+    tok = load_tokenizer(en_tok_dir)
+    examples = read_split(get_task("squad"), data / "squad_v1.1", "dev", RowPolicy())[0][:600]
+    ids, spans = token_spans(tok, examples[0].context)
+    assert ids == tok.encode(examples[0].context, add_special_tokens=False)  # same ids as whole-text encoding
+    feats, dropped, exact, inside, total = _round_trip(examples, tok, max_seq_length=384, doc_stride=128)
+    assert dropped == 0 and total >= 590
+    assert inside == total  # every gold answer lies inside its token span
+    assert exact / total > 0.97  # the rest are answers ending inside a piece ("4" of "49ers")
+
+
+def test_cmrc_offsets_round_trip(data, zh_tok_dir):
+    tok = load_tokenizer(zh_tok_dir)
+    examples = read_split(get_task("cmrc2018"), data / "cmrc2018", "dev", RowPolicy())[0][:300]
+    # short windows force many documents across several windows
+    feats, dropped, exact, inside, total = _round_trip(examples, tok, max_seq_length=128, doc_stride=64)
+    assert len(feats) > 2 * len(examples) and dropped <= 3
+    assert exact / total > 0.99 and inside == total
+
+
+def test_window_layout_and_decoding(data, en_tok_dir):
+    tok = load_tokenizer(en_tok_dir)
+    ex = read_split(get_task("squad"), data / "squad_v1.1", "dev", RowPolicy())[0][0]
+    feats, _ = make_features([ex], tok, max_seq_length=64, doc_stride=16, max_query_length=10, training=True)
+    assert len(feats) > 3
+    for f in feats:
+        assert len(f.input_ids) <= 64 and f.input_ids[0] == tok.cls_id and f.input_ids[-1] == tok.sep_id
+        n_q = f.token_type_ids.index(1)
+        assert f.p_mask[0] == 0 and all(f.p_mask[1:n_q]) and not any(f.p_mask[n_q:-1]) and f.p_mask[-1] == 1
+    # every document token is "max context" in exactly one window
+    pos = {}
+    for f in feats:
+        for sp, mc in zip(f.token_spans, f.max_context, strict=True):
+            if sp is not None and mc:
+                pos[sp] = pos.get(sp, 0) + 1
+    assert set(pos.values()) == {1}
+    # logits peaked on the gold window's span decode to the gold text
+    gold = next(f for f in feats if not f.is_impossible and f.max_context[f.start_position])
+    start = [np.zeros(len(f.input_ids)) for f in feats]
+    end = [np.zeros(len(f.input_ids)) for f in feats]
+    i = feats.index(gold)
+    start[i][gold.start_position] = end[i][gold.end_position] = 10.0
+    assert best_spans_v1([ex], feats, start, end)[ex.qid] == ex.answers[0]
