@@ -12,7 +12,14 @@ import importlib
 import sys
 
 # (module under albertlm.commands) in the order `albertlm --help` lists them
-COMMANDS = ["params", "forward", "init", "tokenizer", "data", "pretrain", "plot", "finetune", "analyze", "ablate"]
+COMMANDS = [
+    "params", "forward", "init",  # the model
+    "tokenizer", "data",  # text -> shards
+    "pretrain", "plot",  # training
+    "finetune",  # finetune, evaluate, predict, tasks, convert-pku-ner
+    "export", "serve",  # deployment
+    "analyze", "ablate",  # the paper's claims
+]
 
 
 class UserError(Exception):

@@ -140,8 +140,12 @@ def save(model: AlbertPreTrainedModel, tokenizer: Tokenizer, out: Path, task: Ta
     tokenizer.save(out)
 
 
-def load_finetuned(model_dir: str, tokenizer: str | None = None, task_name: str | None = None):
-    """(task, model, tokenizer, saved task settings) from a directory written by ``finetune``."""
+def load_finetuned(model_dir: str, tokenizer: str | None = None, task_name: str | None = None,
+                   engine: str = "torch", threads: int | None = None):
+    """(task, model, tokenizer, saved task settings) from a directory written by ``finetune``.
+
+    ``engine="onnx"`` reads a folder written by ``albertlm export`` instead and runs the graph through
+    onnxruntime behind the same call interface as the torch model."""
     config = AlbertConfig.load(model_dir)
     info = dict(config.extra.get(TASK_KEY) or {})
     name = task_name or info.get("name")
@@ -149,7 +153,12 @@ def load_finetuned(model_dir: str, tokenizer: str | None = None, task_name: str 
         raise DataError(f"{model_dir}/config.json names no task ({TASK_KEY}); pass --task")
     task = get_task(name)
     tok = resolve_tokenizer(model_dir, tokenizer)
-    model = _load_dir(HEADS[task.kind], Path(model_dir), {}).eval()
+    if engine == "onnx":
+        from albertlm.export import OnnxModel
+
+        model = OnnxModel(model_dir, threads=threads).as_torch_module()
+    else:
+        model = _load_dir(HEADS[task.kind], Path(model_dir), {}).eval()
     if task.kind in ("classification", "tagging") and not config.id2label:
         raise DataError(f"{model_dir}/config.json has no id2label; was it fine-tuned for {task.name}?")
     return task, model, tok, info

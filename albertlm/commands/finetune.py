@@ -70,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
     pr.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     pr.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
+    pr.add_argument("--engine", choices=["torch", "onnx"], default="torch",
+                    help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
+    pr.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (onnx engine)")
     _common(pr)
     pr.set_defaults(func=_predict)
 
@@ -211,7 +214,7 @@ def _predict(args: argparse.Namespace) -> int:
     from albertlm.finetune import load_finetuned, parse_input, predict
     from albertlm.tasks.examples import DataError
 
-    task, model, tok, info = load_finetuned(args.model, args.tokenizer, args.task)
+    task, model, tok, info = load_finetuned(args.model, args.tokenizer, args.task, args.engine, args.threads)
     s = _settings(args)
     s.max_seq_length = args.max_seq_length or info.get("max_seq_length") or task.max_seq_length
     if args.input:

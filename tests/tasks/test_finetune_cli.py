@@ -4,6 +4,7 @@ head, and bad input reported as one line (exit 2)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -59,6 +60,17 @@ def test_finetune_evaluate_predict(data, en_tok_dir, tmp_path, capsys):
     preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(preds) == 2 and set(preds[0]["probabilities"]) == {"0", "1"}
     assert sum(preds[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+
+    # the same model exported to ONNX (fp32 graph) predicts the same through onnxruntime
+    if importlib.util.find_spec("onnxruntime") is not None:
+        assert main(["export", "--model", str(out), "--format", "onnx", "--out", str(tmp_path / "onnx")]) == 0
+        capsys.readouterr()
+        assert main(["predict", "--model", str(tmp_path / "onnx"), "--engine", "onnx", "--input", str(inp),
+                     "--quiet"]) == 0
+        onnx_preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        for a, b in zip(onnx_preds, preds, strict=True):
+            assert a["label"] == b["label"]
+            assert a["probabilities"]["1"] == pytest.approx(b["probabilities"]["1"], abs=1e-4)
 
     # save / load round trip: same logits from the reloaded model
     m = AlbertForSequenceClassification.from_pretrained(out)

@@ -1,0 +1,46 @@
+"""``albertlm export``: a model directory -> a self-contained ONNX directory, optionally int8.
+
+albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx
+albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx --quantize int8 --opset 17
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a model to ONNX (every head; optional dynamic int8)")
+    p.add_argument("--model", required=True, help="HF-layout model directory (config.json + model.safetensors)")
+    p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
+    p.add_argument("--out", required=True, help="output directory (graph, config.json, tokenizer, deploy.json)")
+    p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (onnxruntime dynamic quantization)")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (>= 14 for the attention export)")
+    p.add_argument("--tokenizer", help="tokenizer directory, when the model directory holds none")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from albertlm.cli import UserError
+    from albertlm.export import export_onnx
+
+    if args.opset < 14:
+        raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")
+    try:
+        manifest = export_onnx(
+            args.model, args.out, quantize=args.quantize, opset=args.opset, tokenizer_dir=args.tokenizer
+        )
+    except ImportError as e:
+        raise UserError(str(e)) from None
+    sizes = manifest["sizes_bytes"]
+    line = f"fp32 {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
+    if "int8" in sizes:
+        r = manifest["int8_report"]
+        line += (
+            f", int8 {sizes['int8'] / 1e6:.1f} MB ({sizes['int8'] / sizes['fp32']:.2f}x;"
+            f" {r['int8_matmuls']} int8 MatMuls, {r['fp32_weight_matmuls']} left fp32)"
+        )
+    if not manifest["tokenizer"]:
+        line += "; no tokenizer found (pass --tokenizer DIR for text serving)"
+    print(f"wrote {manifest['architecture']} to {args.out}: {line}")
+    return 0

@@ -1,0 +1,77 @@
+"""The HTTP server, in process (FastAPI's TestClient, no network): each endpoint, each 4xx, health."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from test_export import deploy_artifacts, one_thread, pytestmark  # noqa: E402, F401  (shared with test_export)
+
+from albertlm.export import Predictor  # noqa: E402
+from albertlm.serve import create_app  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def classify_client() -> TestClient:
+    predictor = Predictor(deploy_artifacts()["sst2-onnx"], engine="onnx", threads=1, max_batch_size=4, max_length=32)
+    return TestClient(create_app(predictor, max_batch_size=4, max_request_bytes=2000))
+
+
+def test_health(classify_client):
+    r = classify_client.get("/health")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok", "architecture": "AlbertForSequenceClassification",
+                        "task": "classification", "engine": "onnx", "labels": ["negative", "positive"]}  # fmt: skip
+
+
+def test_classify(classify_client):
+    r = classify_client.post("/v1/classify", json={"texts": ["a gripping film", "dull and lifeless"]})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert len(results) == 2 and results[0]["label"] in ("negative", "positive")
+    r = classify_client.post("/v1/classify", json={"texts": ["a", "b"], "pairs": ["c", "d"]})
+    assert r.status_code == 200 and len(r.json()["results"]) == 2
+
+
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        (b"\xff\xfe not utf-8", 400, "invalid_utf8"),
+        (b'{"texts": [', 400, "invalid_json"),
+        (b'["a list"]', 422, "invalid_body"),
+        (b'{"text": ["typo"]}', 422, "unknown_field"),
+        (b'{"texts": "not a list"}', 422, "invalid_field"),
+        (b'{"texts": []}', 422, "invalid_field"),
+        (b'{"texts": [1, 2]}', 422, "invalid_field"),
+        (b'{"texts": ["a", "b"], "pairs": ["c"]}', 422, "invalid_field"),
+        (b'{"texts": ["a", "b", "c", "d", "e"]}', 422, "too_many_texts"),
+        (b'{"texts": ["' + b"word " * 60 + b'"]}', 422, "text_too_long"),
+        (b'{"texts": ["' + b"x" * 3000 + b'"]}', 413, "body_too_large"),
+    ],
+)
+def test_classify_rejects_bad_input(classify_client, body, status, code):
+    r = classify_client.post("/v1/classify", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["message"]
+
+
+def test_endpoints_follow_the_head(classify_client):
+    r = classify_client.post("/v1/answer", json={"question": "q", "context": "c"})
+    assert r.status_code == 404 and "/v1/classify" in r.json()["error"]["message"]
+    assert classify_client.get("/v1/classify").status_code == 405
+
+    art = deploy_artifacts()
+    tag = TestClient(create_app(Predictor(art["AlbertForTokenClassification"], engine="torch")))
+    r = tag.post("/v1/tag", json={"texts": ["the film is good"]})
+    assert r.status_code == 200 and {"token", "label", "score"} <= set(r.json()["results"][0][0])
+
+    qa = TestClient(create_app(Predictor(art["AlbertForQuestionAnswering"], engine="torch")))
+    r = qa.post("/v1/answer", json={"question": "what is good?", "context": "the film is good"})
+    assert r.status_code == 200 and set(r.json()) == {"answer", "score", "start_token", "end_token"}
+    r = qa.post("/v1/answer", json={"question": "", "context": "c"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_field"
