@@ -34,8 +34,8 @@ class Variant:
     paper: str = ""  # what the paper reports for the full-size counterpart
 
 
-def study_variants(study: str) -> list[Variant]:
-    H = BASE["hidden_size"]
+def study_variants(study: str, hidden_size: int = BASE["hidden_size"]) -> list[Variant]:
+    H = hidden_size
     if study == "embedding":  # Table 3: the paper's E in {64, 128, 256, H=768}, scaled to H=256
         return [Variant(f"E{e}-{'shared' if s == 'all' else 'not-shared'}", {"embedding_size": e, "sharing": s})
                 for s in ("all", "none") for e in (H // 8, H // 4, H // 2, H)]
@@ -150,7 +150,7 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[st
     if done.returncode != 0:
         raise RuntimeError(f"fine-tuning failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    scores = metrics.get("eval", metrics)  # the dev-set scores of the fine-tuned model
+    scores = metrics.get("metrics", metrics)  # the dev-set scores of the fine-tuned model
     return {f"{task} {k}": v for k, v in scores.items() if isinstance(v, int | float) and not k.endswith("loss")}
 
 
@@ -235,7 +235,7 @@ def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, Path,
 
 
 def run_study(s: StudySettings, report_only: bool = False, log=print) -> tuple[list[dict[str, Any]], tuple]:
-    variants = study_variants(s.study)
+    variants = study_variants(s.study, {**BASE, **s.model}["hidden_size"])
     if s.variants:
         unknown = set(s.variants) - {v.name for v in variants}
         if unknown:

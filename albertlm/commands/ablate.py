@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune-data", help="downstream data directory (default ../shared/data/<task>)")
     p.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning steps per variant (0 = skip)")
     p.add_argument("--finetune-limit-train", type=int, default=8000, help="training examples used downstream")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="change the base model (H=256, L=4, E=128) of every variant, e.g. --set hidden_size=128")
     p.add_argument("--variants", help="comma-separated subset to run in this process")
     p.add_argument("--report-only", action="store_true", help="only gather finished variants into the table")
     p.set_defaults(func=run)
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from albertlm.ablation import StudySettings, run_study
+    from albertlm.commands.pretrain import parse_overrides
 
     start = time.time()
     s = StudySettings(
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         max_seq_length=args.max_seq_length, vocab_size=args.vocab_size, seed=args.seed,
         finetune_task=args.finetune_task, finetune_data=args.finetune_data, finetune_steps=args.finetune_steps,
         finetune_limit_train=args.finetune_limit_train,
-        variants=args.variants.split(",") if args.variants else None,
+        variants=args.variants.split(",") if args.variants else None, model=parse_overrides(args.set),
     )
     results, paths = run_study(s, report_only=args.report_only)
     print(f"{args.study} study: {len(results)} variant(s) in {(time.time() - start) / 60:.1f} min; wrote "
