@@ -93,3 +93,39 @@ def write_report(stats: list[LayerStats], out_dir: str | Path) -> tuple[Path, Pa
     fig.savefig(out / "layers.png", dpi=110)
     plt.close(fig)
     return out / "layers.json", out / "layers.md", out / "layers.png"
+
+
+def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 5, batch_size: int = 32) -> dict:
+    """Held-out MLM and sentence-pair (SOP / NSP) accuracy over every instance of ``epochs`` re-drawings.
+
+    Dynamic shards draw new pairs and masks each epoch, so several epochs of a small held-out file give a
+    tighter estimate; the 95% interval is the normal approximation over the pair labels.
+    """
+    import contextlib
+    import math
+
+    from albertlm.data import PretrainingCollator, PretrainingDataset
+    from albertlm.distributed import DistInfo
+    from albertlm.heads import AlbertForPreTraining
+    from albertlm.train import PretrainConfig, evaluate
+
+    model = AlbertForPreTraining.from_pretrained(model_dir)
+    ds = PretrainingDataset(shards)
+    info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
+    totals = {"mlm_acc": 0.0, "pair_correct": 0.0, "pair_total": 0.0, "majority": 0.0}
+    rounds = epochs if ds.mode == "dynamic" else 1
+    for epoch in range(rounds):
+        ds.set_epoch(epoch)
+        n_batches = math.ceil(len(ds) / batch_size)
+        cfg = PretrainConfig(out="", data=str(shards), micro_batch_size=batch_size, eval_batches=n_batches)
+        r = evaluate(model, ds, cfg, info, PretrainingCollator(ds.pad_id), contextlib.nullcontext)
+        pairs = len(ds)
+        totals["mlm_acc"] += r["valid_mlm_acc"] / rounds
+        totals["pair_correct"] += r["valid_sop_acc"] * pairs
+        totals["pair_total"] += pairs
+        totals["majority"] += r["valid_sop_majority"] * pairs
+    acc = totals["pair_correct"] / totals["pair_total"]
+    half = 1.96 * math.sqrt(acc * (1 - acc) / totals["pair_total"])
+    return {"model": str(model_dir), "data": str(shards), "epochs": rounds, "pairs": int(totals["pair_total"]),
+            "mlm_acc": totals["mlm_acc"], "pair_acc": acc, "pair_acc_ci95": half,
+            "majority_baseline": totals["majority"] / totals["pair_total"]}

@@ -200,3 +200,15 @@ def test_mixed_precision_and_activation_checkpointing_run(shards, tmp_path, prec
                              warmup_steps=1, save_every=2, valid_data=None))
     assert result["steps"] == 2
     assert all(torch.isfinite(t).all() for t in _weights(tmp_path / "final").values())
+
+
+def test_analyses_of_a_trained_model(shards, tmp_path):
+    """Figure 1's layer transitions and the held-out intrinsic accuracies run on a pretrained model."""
+    from albertlm.analysis import intrinsic_accuracy, layer_transitions, write_report
+
+    pretrain(config(shards, tmp_path, max_steps=2, warmup_steps=1, valid_data=None))
+    stats = layer_transitions(tmp_path / "final", ["The module docstring says what it does.", "Return x."])
+    assert [s.layer for s in stats] == [1, 2] and all(-1 <= s.cosine_similarity <= 1 for s in stats)
+    assert all(p.exists() for p in write_report(stats, tmp_path / "report"))
+    r = intrinsic_accuracy(tmp_path / "final", shards, epochs=2)
+    assert r["pairs"] > 0 and 0 <= r["pair_acc"] <= 1 and 0.5 <= r["majority_baseline"] <= 1

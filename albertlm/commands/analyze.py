@@ -19,6 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     layers.add_argument("--max-length", type=int, default=128, help="tokens per sentence")
     layers.add_argument("--out", default="runs/analysis", help="output directory (JSON, markdown, PNG)")
     layers.set_defaults(func=run)
+    intr = what.add_parser("intrinsic", help="held-out MLM and SOP/NSP accuracy with a 95% interval")
+    intr.add_argument("--model", required=True, help="pretrained model directory (AlbertForPreTraining)")
+    intr.add_argument("--data", required=True, help="held-out shards (`albertlm data build`, sop or nsp task)")
+    intr.add_argument("--epochs", type=int, default=5, help="re-drawings of the dynamic held-out pairs")
+    intr.add_argument("--json", help="also write the result here")
+    intr.set_defaults(func=run_intrinsic)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,4 +37,19 @@ def run(args: argparse.Namespace) -> int:
     paths = write_report(stats, args.out)
     print(f"analyzed {len(args.model)} model(s) on {len(sentences)} sentences of {args.corpus}; wrote "
           + ", ".join(map(str, paths)))
+    return 0
+
+
+def run_intrinsic(args: argparse.Namespace) -> int:
+    import json
+
+    from albertlm.analysis import intrinsic_accuracy
+
+    r = intrinsic_accuracy(args.model, args.data, args.epochs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+    print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f}, "
+          f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
+          f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
     return 0
