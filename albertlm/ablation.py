@@ -72,6 +72,7 @@ class StudySettings:
     finetune_task: str | None = None  # default by language
     finetune_data: str | None = None
     finetune_steps: int = 300
+    finetune_lr: float = 3e-4
     finetune_limit_train: int = 8000
     variants: list[str] | None = None  # run only these (the others are left for other processes)
     model: dict[str, Any] = field(default_factory=dict)  # changes to BASE shared by every variant
@@ -144,14 +145,15 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[st
     data = s.finetune_data or str(Path(s.corpus).resolve().parents[1] / "data" / folder)
     cmd = [sys.executable, "-m", "albertlm", "finetune", "--task", task, "--data", data, "--model", str(model_dir),
            "--out", str(out), "--max-steps", str(s.finetune_steps), "--limit-train", str(s.finetune_limit_train),
-           "--batch-size", "32", "--lr", "1e-4", "--max-seq-length", str(s.max_seq_length), "--seed", str(s.seed),
-           "--quiet"]
+           "--batch-size", "32", "--lr", str(s.finetune_lr), "--max-seq-length", str(s.max_seq_length),
+           "--seed", str(s.seed), "--quiet"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"fine-tuning failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
     scores = metrics.get("metrics", metrics)  # the dev-set scores of the fine-tuned model
-    return {f"{task} {k}": v for k, v in scores.items() if isinstance(v, int | float) and not k.endswith("loss")}
+    return {f"{task} {k}": v for k, v in scores.items()
+            if isinstance(v, float) and not k.endswith(("loss", "examples", "seconds"))}
 
 
 def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=print) -> dict[str, Any]:

@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune-task", help="downstream task (default sst2 for English, chnsenticorp for Chinese)")
     p.add_argument("--finetune-data", help="downstream data directory (default ../shared/data/<task>)")
     p.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning steps per variant (0 = skip)")
+    p.add_argument("--finetune-lr", type=float, default=3e-4, help="fine-tuning peak learning rate (AdamW)")
     p.add_argument("--finetune-limit-train", type=int, default=8000, help="training examples used downstream")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="change the base model (H=256, L=4, E=128) of every variant, e.g. --set hidden_size=128")
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size, lr=args.lr,
         max_seq_length=args.max_seq_length, vocab_size=args.vocab_size, seed=args.seed,
         finetune_task=args.finetune_task, finetune_data=args.finetune_data, finetune_steps=args.finetune_steps,
+        finetune_lr=args.finetune_lr,
         finetune_limit_train=args.finetune_limit_train,
         variants=args.variants.split(",") if args.variants else None, model=parse_overrides(args.set),
     )
