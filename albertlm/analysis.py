@@ -81,7 +81,7 @@ def write_report(stats: list[LayerStats], out_dir: str | Path) -> tuple[Path, Pa
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for model in dict.fromkeys(s.model for s in stats):
         rows = [s for s in stats if s.model == model]
-        label = Path(model).name if Path(model).name != "final" else Path(model).parent.name
+        label = "/".join(Path(model).parts[-3:])  # the run folders, not just "final"
         axes[0].plot([r.layer for r in rows], [r.l2_distance for r in rows], marker="o", label=label)
         axes[1].plot([r.layer for r in rows], [r.cosine_similarity for r in rows], marker="o", label=label)
     for ax, title in zip(axes, ("L2 distance (input, output)", "cosine similarity (input, output)"), strict=True):
