@@ -234,6 +234,9 @@ class Run:
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         if cfg.init_from:
             self.model = AlbertForPreTraining.from_pretrained(cfg.init_from)
+            if self.model.config.vocab_size < tok["vocab_size"]:
+                raise TrainingError(f"--init-from {cfg.init_from} has {self.model.config.vocab_size} tokens but the "
+                                    f"data's tokenizer has {tok['vocab_size']}; build the shards with its tokenizer")
         else:
             config = AlbertConfig.from_preset(cfg.preset, **overrides)
             if max_len > config.max_position_embeddings:
@@ -335,7 +338,8 @@ class Run:
         if info.is_main:
             (self.out / "run_config.json").write_text(json.dumps(asdict(cfg), indent=1))
         model = self.wrapped
-        if cfg.compile if cfg.compile is not None else info.device.type == "cuda":
+        use_compile = cfg.compile if cfg.compile is not None else info.device.type == "cuda"
+        if use_compile:
             model = torch.compile(model)
         metrics = MetricsLog(self.out, info, self.step, cfg.tensorboard)
         peak, peak_src = peak_flops(cfg, info)
