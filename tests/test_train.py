@@ -212,3 +212,32 @@ def test_analyses_of_a_trained_model(shards, tmp_path):
     assert all(p.exists() for p in write_report(stats, tmp_path / "report"))
     r = intrinsic_accuracy(tmp_path / "final", shards, epochs=2)
     assert r["pairs"] > 0 and 0 <= r["pair_acc"] <= 1 and 0.5 <= r["majority_baseline"] <= 1
+
+
+def test_epoch_boundaries_with_a_dataset_whose_length_changes():
+    """Dynamic shards re-plan pairs each epoch, so the epoch length changes: every step stays full."""
+    import torch as _torch
+
+    from albertlm.distributed import DistInfo
+    from albertlm.train import StepBatches
+
+    class Replanned:
+        sizes = {0: 20, 1: 13, 2: 17}
+
+        def __init__(self):
+            self.epoch = 0
+
+        def set_epoch(self, e):
+            self.epoch = e
+
+        def __len__(self):
+            return self.sizes.get(self.epoch, 16)
+
+    cfg = PretrainConfig(out="", data="d", global_batch_size=4, micro_batch_size=2)
+    steps = StepBatches(Replanned(), cfg, DistInfo(False, 0, 0, 1, _torch.device("cpu")), acc=2)
+    seen = []
+    for _ in range(5 + 3 + 4 + 2):
+        micro = steps.next()
+        assert [len(m) for m in micro] == [2, 2]
+        seen.append((steps.epoch, max(i for m in micro for i in m) < len(steps.ds)))
+    assert [e for e, _ in seen] == [0] * 5 + [1] * 3 + [2] * 4 + [3] * 2 and all(ok for _, ok in seen)
