@@ -123,20 +123,12 @@ def prepare_data(s: StudySettings, tasks: set[str], log=print) -> dict[str, Path
 
 def intrinsic(model_dir: Path, shards: Path, s: StudySettings) -> dict[str, float]:
     """Held-out MLM accuracy and sentence-pair accuracy of a pretrained model on ``shards``."""
-    import torch
-
-    from albertlm.data import PretrainingCollator, PretrainingDataset
-    from albertlm.distributed import DistInfo
+    from albertlm.analysis import heldout_scores
+    from albertlm.data import PretrainingDataset
     from albertlm.heads import AlbertForPreTraining
-    from albertlm.train import PretrainConfig, evaluate
 
     model = AlbertForPreTraining.from_pretrained(model_dir)
-    ds = PretrainingDataset(shards)
-    cfg = PretrainConfig(out="", data=str(shards), micro_batch_size=s.micro_batch_size, eval_batches=s.eval_batches)
-    info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
-    import contextlib
-
-    return evaluate(model, ds, cfg, info, PretrainingCollator(ds.pad_id), contextlib.nullcontext)
+    return heldout_scores(model, PretrainingDataset(shards), s.eval_batches, s.micro_batch_size)
 
 
 def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[str, float]:

@@ -95,30 +95,37 @@ def write_report(stats: list[LayerStats], out_dir: str | Path) -> tuple[Path, Pa
     return out / "layers.json", out / "layers.md", out / "layers.png"
 
 
+def heldout_scores(model, dataset, batches: int, batch_size: int = 32) -> dict[str, float]:
+    """``train.evaluate`` in one CPU process: held-out MLM / pair loss and accuracy on the first batches."""
+    import contextlib
+
+    from albertlm.data import PretrainingCollator
+    from albertlm.distributed import DistInfo
+    from albertlm.train import PretrainConfig, evaluate
+
+    cfg = PretrainConfig(out="", data="", micro_batch_size=batch_size, eval_batches=batches)
+    info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
+    return evaluate(model, dataset, cfg, info, PretrainingCollator(dataset.pad_id), contextlib.nullcontext)
+
+
 def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 5, batch_size: int = 32) -> dict:
     """Held-out MLM and sentence-pair (SOP / NSP) accuracy over every instance of ``epochs`` re-drawings.
 
     Dynamic shards draw new pairs and masks each epoch, so several epochs of a small held-out file give a
     tighter estimate; the 95% interval is the normal approximation over the pair labels.
     """
-    import contextlib
     import math
 
-    from albertlm.data import PretrainingCollator, PretrainingDataset
-    from albertlm.distributed import DistInfo
+    from albertlm.data import PretrainingDataset
     from albertlm.heads import AlbertForPreTraining
-    from albertlm.train import PretrainConfig, evaluate
 
     model = AlbertForPreTraining.from_pretrained(model_dir)
     ds = PretrainingDataset(shards)
-    info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
     totals = {"mlm_acc": 0.0, "pair_correct": 0.0, "pair_total": 0.0, "majority": 0.0}
     rounds = epochs if ds.mode == "dynamic" else 1
     for epoch in range(rounds):
         ds.set_epoch(epoch)
-        n_batches = math.ceil(len(ds) / batch_size)
-        cfg = PretrainConfig(out="", data=str(shards), micro_batch_size=batch_size, eval_batches=n_batches)
-        r = evaluate(model, ds, cfg, info, PretrainingCollator(ds.pad_id), contextlib.nullcontext)
+        r = heldout_scores(model, ds, math.ceil(len(ds) / batch_size), batch_size)
         pairs = len(ds)
         totals["mlm_acc"] += r["valid_mlm_acc"] / rounds
         totals["pair_correct"] += r["valid_sop_acc"] * pairs

@@ -234,9 +234,13 @@ class AlbertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self) -> None:
+        """Initialise this model's own modules; a wrapped ``albert`` encoder initialised itself already."""
         # Truncated normal at 2 sigma, as the original's create_initializer (HF uses a plain normal).
         std = self.config.initializer_range
+        done = {id(m) for m in self.albert.modules()} if isinstance(getattr(self, "albert", None), nn.Module) else set()
         for m in self.modules():
+            if id(m) in done:
+                continue
             if isinstance(m, nn.Linear | nn.Embedding):
                 nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std)
                 if getattr(m, "bias", None) is not None:

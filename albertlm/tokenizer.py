@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 import unicodedata
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -36,7 +37,7 @@ _START_PUNCT = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 _DIGIT_COMMA = re.compile(r"\d,")
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """The interface the data pipeline and tasks use; subclasses implement the ``_``-prefixed hooks."""
 
     kind: str
@@ -51,23 +52,29 @@ class Tokenizer:
     file_name: str  # the name HF expects it under: spiece.model or vocab.txt
 
     # --- hooks -------------------------------------------------------------------------------------
+    @abstractmethod
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def convert_ids_to_tokens(self, ids: Iterable[int] | int) -> list[str]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def convert_tokens_to_ids(self, tokens: Iterable[str] | str) -> list[int]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def word_start_mask(self) -> np.ndarray:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _hf_config(self) -> dict:
-        raise NotImplementedError
+        ...
 
     def save(self, directory: str | Path) -> None:
         """The vocabulary file plus a ``tokenizer_config.json`` that ``AutoTokenizer`` understands."""

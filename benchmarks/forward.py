@@ -19,25 +19,12 @@ import json
 import platform
 import statistics
 import tempfile
-import time
 
 import torch
+from timing import measure, time_once  # benchmarks/timing.py (the script's own folder is on sys.path)
 
 import albertlm
 from albertlm import AlbertConfig
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_once(fn, device: str) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -76,13 +63,7 @@ def main() -> None:
         diff = (ours(ids, mask).last_hidden_state - hf(input_ids=ids, attention_mask=mask).last_hidden_state)
         max_diff = diff[mask.bool()].abs().max().item()
         runs = {"ours": lambda: ours(ids, mask), "hf_sdpa": lambda: hf(input_ids=ids, attention_mask=mask)}
-        for _ in range(args.warmup):
-            for fn in runs.values():
-                fn()
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for _ in range(args.reps):
-            for k, fn in runs.items():
-                times[k].append(time_once(fn, args.device))
+        times = measure(runs, args.reps, args.warmup, args.device)
 
         H, I = config.hidden_size, config.intermediate_size
         x = torch.randn(B * S, H, device=args.device, dtype=dtype)

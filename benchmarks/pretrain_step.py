@@ -21,18 +21,14 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 
 import torch
+from timing import measure, sync, time_once  # benchmarks/timing.py (the script's own folder is on sys.path)
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.train import PEAK_BF16_TFLOPS, useful_flops
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+from albertlm.distributed import DistInfo
+from albertlm.train import PretrainConfig, peak_flops, useful_flops
 
 
 def make_batch(config: AlbertConfig, B: int, S: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -62,37 +58,6 @@ def step_fn(model, opt, batch, dtype, device):
         opt.zero_grad(set_to_none=True)
 
     return step
-
-
-def peak(device: str, dtype: torch.dtype) -> tuple[float, str]:
-    if device == "cuda":
-        name = torch.cuda.get_device_name()
-        for key, tf in PEAK_BF16_TFLOPS.items():
-            if key in name:
-                return tf * 1e12, f"{name} dense bf16"
-        return 0.0, name
-    x = torch.randn(2048, 2048)
-    w = torch.randn(2048, 2048)
-    x @ w
-    t = time.perf_counter()
-    for _ in range(5):
-        x @ w
-    return 5 * 2 * 2048**3 / (time.perf_counter() - t), "measured CPU fp32 matmul"
-
-
-def measure(runs: dict, reps: int, warmup: int, device: str) -> dict[str, list[float]]:
-    for fn in runs.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(reps):
-        for k, fn in runs.items():
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            times[k].append(time.perf_counter() - t)
-    return times
 
 
 def peak_memory(fn, device: str) -> float | None:
@@ -126,11 +91,7 @@ def packing_comparison(path: str, config: AlbertConfig, micro: int, reps: int, d
             fn = step_fn(model, opt, batch, torch.float32, device)
             if r == 0:
                 fn()  # warm-up
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            seconds += time.perf_counter() - t
+            seconds += time_once(fn, device)
         out[name] = {"real_tokens_per_s": real / seconds, "rows": rows}
     lengths = [len(x["input_ids"]) for x in items]
     out["padding_fraction"] = 1 - sum(lengths) / (max(lengths) * len(lengths))  # padded to the batch max
@@ -178,17 +139,18 @@ def main() -> None:
         runs["hf_compile"] = step_fn(torch.compile(hf), opt_h, batch, dtype, args.device)
     mem = {k: peak_memory(fn, args.device) for k, fn in runs.items()}
     times = measure(runs, args.reps, args.warmup, args.device)
-    peak_flops, peak_src = peak(args.device, dtype)
+    peak, peak_src = peak_flops(PretrainConfig(out="", data=""),
+                                DistInfo(False, 0, 0, 1, torch.device(args.device)))
     flops = useful_flops(config, {k: v.cpu() for k, v in batch.items()})
     print(f"{args.preset} pretraining step (fwd+bwd+AdamW), batch {B} x seq {S}, {args.device} {args.dtype}, "
           f"{torch.get_num_threads()} threads, median of {args.reps}; MFU vs {peak_src} "
-          f"({peak_flops / 1e12:.2f} TFLOP/s)")
+          f"({peak / 1e12:.2f} TFLOP/s)")
     result = {"preset": args.preset, "batch_size": B, "seq_len": S, "device": args.device, "dtype": args.dtype,
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "transformers": transformers.__version__, "peak": peak_src, "engines": {}}
     for k, ts in times.items():
         med = statistics.median(ts)
-        row = {"median_s": med, "tokens_per_s": B * S / med, "mfu": flops / med / peak_flops if peak_flops else 0,
+        row = {"median_s": med, "tokens_per_s": B * S / med, "mfu": flops / med / peak if peak else 0,
                "peak_mem_gib": mem[k]}
         result["engines"][k] = row
         m = f"  peak {mem[k]:.1f} GiB" if mem[k] is not None else ""

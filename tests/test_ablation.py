@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
+from shared_data import DATA
 
 from albertlm.ablation import StudySettings, run_study, study_variants
 
@@ -30,7 +30,7 @@ def test_every_study_has_the_papers_variants():
         study_variants("dropout")
 
 
-SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_sst2"
+SST2 = DATA / "glue_sst2"
 
 
 def test_objective_study_tiny_budget(corpus, tmp_path):

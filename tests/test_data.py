@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from shared_data import CORPUS, corpus_slice
 
 from albertlm.data import (
     MANIFEST,
@@ -27,16 +28,8 @@ from albertlm.data import (
 from albertlm.pretraining_data import InstanceConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus"
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
 CFG = InstanceConfig(max_seq_length=128)
-
-
-def corpus_slice(lang: str, name: str, n_bytes: int, dest: Path) -> Path:
-    raw = (CORPUS / lang / name).read_bytes()[:n_bytes]
-    dest.write_bytes(raw[: raw.rfind(b"\n\n") + 2])
-    return dest
 
 
 @pytest.fixture(scope="module")

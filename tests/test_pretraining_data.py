@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import CORPUS, corpus_slice
 
 from albertlm.pretraining_data import (
     DocumentEncoder,
@@ -19,16 +20,7 @@ from albertlm.pretraining_data import (
     split_sentences,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
-
-
-def corpus_slice(lang: str, name: str, n_bytes: int, dest: Path) -> Path:
-    """The first documents of a corpus file, cut at a document boundary."""
-    raw = (CORPUS / lang / name).read_bytes()[:n_bytes]
-    dest.write_bytes(raw[: raw.rfind(b"\n\n") + 2])
-    return dest
 
 
 @pytest.fixture(scope="module")

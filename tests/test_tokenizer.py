@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import CORPUS
 
 from albertlm.tokenizer import (
     SentencePieceTokenizer,
@@ -22,8 +23,6 @@ from albertlm.tokenizer import (
     train_wordpiece,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus"
 SLICE_LINES = 1500  # per training file: enough for an 8000-piece model, a few seconds on 2 cores
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"shared corpus not found at {CORPUS}")
