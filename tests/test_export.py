@@ -122,12 +122,20 @@ def _real_batch(tok, arch: str) -> dict[str, torch.Tensor]:
     return tok.batch_encode(texts[:5], pairs, max_length=64, return_tensors="pt")
 
 
-@pytest.mark.parametrize("arch", list(OUTPUTS))
-def test_export_matches_torch_on_real_sentences(artifacts, arch, tmp_path):
+@pytest.mark.parametrize(
+    "arch, graph",
+    [(arch, "ort") for arch in OUTPUTS] + [("AlbertForSequenceClassification", "standard")],
+)
+def test_export_matches_torch_on_real_sentences(artifacts, arch, graph, tmp_path):
     from albertlm.tokenizer import load_tokenizer
 
-    manifest = export_onnx(artifacts[arch], tmp_path / "onnx")
+    manifest = export_onnx(artifacts[arch], tmp_path / "onnx", graph=graph)
     assert manifest["architecture"] == arch and manifest["fp32_max_abs_diff"] <= 1e-4
+    fused = manifest["fused_ops"]
+    if graph == "ort":  # per layer: Attention, FastGelu, 2 residual+LayerNorm (MLM heads add a GELU)
+        assert fused["Attention"] == L and fused["FastGelu"] >= L and fused["SkipLayerNormalization"] >= 2 * L
+    else:
+        assert fused == {}
     for f in ("model.onnx", "config.json", "spiece.model", "deploy.json"):
         assert (tmp_path / "onnx" / f).is_file(), f  # self-contained
     batch = _real_batch(load_tokenizer(artifacts["tok"]), arch)
@@ -149,9 +157,11 @@ def test_int8_quantizes_the_shared_weights(artifacts):
     fp32 = onnx.load(str(out / "model.onnx")).graph
     inits = {t.name for t in fp32.initializer}
     assert not [n for n in fp32.node if n.op_type == "Identity" and n.input[0] in inits]
-    # Each of the G groups' 4 weight matmuls once per computed layer, + embedding projection, pooler, classifier
+    # Per computed layer: one QAttention (q/k/v) and 3 weight matmuls (output, FFN in, FFN out) of its
+    # group; + embedding projection, pooler and classifier.
     report = quantization_report(out / "model.int8.onnx")
-    assert report["int8_matmuls"] == 4 * L + 3
+    assert report["int8_attentions"] == L
+    assert report["int8_matmuls"] == 3 * L + 3
     assert report["fp32_weight_matmuls"] == 0
     assert report["int8_gathers"] == 3  # word, position and token-type tables
     # Shared weights are stored once, in int8: what stays fp32 is biases and LayerNorms.

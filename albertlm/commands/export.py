@@ -2,6 +2,7 @@
 
 albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx
 albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx --quantize int8 --opset 17
+albertlm export --model runs/sst2 --format onnx --out runs/sst2-std --graph standard   # plain ONNX ops
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (onnxruntime dynamic quantization)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (>= 14 for the attention export)")
     p.add_argument("--tokenizer", help="tokenizer directory, when the model directory holds none")
+    p.add_argument("--graph", choices=["ort", "standard"], default="ort",
+                   help="ort: fused onnxruntime contrib ops (Attention, FastGelu, SkipLayerNormalization), "
+                        "fastest on onnxruntime; standard: plain ONNX ops for other runtimes")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -28,7 +32,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")
     try:
         manifest = export_onnx(
-            args.model, args.out, quantize=args.quantize, opset=args.opset, tokenizer_dir=args.tokenizer
+            args.model,
+            args.out,
+            quantize=args.quantize,
+            opset=args.opset,
+            tokenizer_dir=args.tokenizer,
+            graph=args.graph,
         )
     except ImportError as e:
         raise UserError(str(e)) from None
