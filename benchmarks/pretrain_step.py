@@ -7,7 +7,7 @@ backward, optimizer step. The two are timed in alternation, medians reported, ra
     python benchmarks/pretrain_step.py                                      # CPU fp32, albert-base, 8 x 128
     python benchmarks/pretrain_step.py --device cuda --dtype bf16 --batch-size 256 --seq-len 128 --hf-compile
     python benchmarks/pretrain_step.py --preset albert-large-v2 --device cuda --dtype bf16 --batch-size 64 --seq-len 512
-    python benchmarks/pretrain_step.py --packing-data runs/en/shards        # + packing on real shards
+    python benchmarks/pretrain_step.py --packing-data runs/en/heldout512 --packing-preset albert-tiny --packing-only
 
 MFU (model FLOPs utilization) counts useful work only, the formula of docs/anchors.md with P = the
 masked positions: per token 3 * [L(8H^2 + 4HI + 4SH) + 2EH] over real tokens, plus 3 * (2HE + 2EV) per
@@ -71,7 +71,18 @@ def peak_memory(fn, device: str) -> float | None:
 
 
 def packing_comparison(path: str, config: AlbertConfig, micro: int, reps: int, device: str) -> dict:
-    """Real-token throughput on real shards: dynamic padding vs packing rows to the max length."""
+    """Real-token throughput on real shards: dynamic padding vs packing rows to the max length.
+
+    Instances are drawn in a seeded random order, as the training sampler draws them, ``micro`` per
+    step. Padded: each batch padded to its longest instance (what ``albertlm pretrain`` does without
+    --pack). Packed: instances first-fit into rows of the shards' max length. The padding fraction is
+    the share of the padded batches' slots that hold padding; removing it all would raise real-token
+    throughput by 1 / (1 - padding fraction), the target. Packing leaves the tails of its rows empty
+    (the fill), so the most it can reach is fill / (1 - padding fraction). Steps alternate between the
+    two so machine noise hits both alike.
+    """
+    import random
+
     from albertlm.data import PackingCollator, PretrainingCollator, PretrainingDataset, load_manifest
 
     ds = PretrainingDataset(path)
@@ -80,40 +91,38 @@ def packing_comparison(path: str, config: AlbertConfig, micro: int, reps: int, d
     torch.manual_seed(0)
     model = albertlm.AlbertForPreTraining(cfg).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    items = [ds[i] for i in range(micro * reps)]
-    out = {}
-    for name, collate in (("padded", PretrainingCollator(ds.pad_id)), ("packed", PackingCollator(max_len, ds.pad_id))):
-        real, seconds, rows = 0, 0.0, 0
-        for r in range(reps):
-            batch = {k: v.to(device) for k, v in collate(items[r * micro : (r + 1) * micro]).items()}
-            real += sum(len(x["input_ids"]) for x in items[r * micro : (r + 1) * micro])
-            rows += batch["input_ids"].shape[0]
+    order = list(range(len(ds)))
+    random.Random(0).shuffle(order)
+    order = (order * (micro * reps // len(order) + 1))[: micro * reps]
+    collators = {"padded": PretrainingCollator(ds.pad_id), "packed": PackingCollator(max_len, ds.pad_id)}
+    seconds = {k: 0.0 for k in collators}
+    slots = {k: 0 for k in collators}
+    rows = {k: 0 for k in collators}
+    real = 0
+    for r in range(reps):
+        items = [ds[i] for i in order[r * micro : (r + 1) * micro]]
+        real += sum(len(x["input_ids"]) for x in items)
+        for name, collate in collators.items():
+            batch = {k: v.to(device) for k, v in collate(items).items()}
+            rows[name] += batch["input_ids"].shape[0]
+            slots[name] += batch["input_ids"].numel()
             fn = step_fn(model, opt, batch, torch.float32, device)
             if r == 0:
-                fn()  # warm-up
-            seconds += time_once(fn, device)
-        out[name] = {"real_tokens_per_s": real / seconds, "rows": rows}
-    lengths = [len(x["input_ids"]) for x in items]
-    out["padding_fraction"] = 1 - sum(lengths) / (max(lengths) * len(lengths))  # padded to the batch max
+                fn()  # warm-up (allocator, kernel choice per shape)
+            seconds[name] += time_once(fn, device)
+    out: dict = {name: {"real_tokens_per_s": real / seconds[name], "rows": rows[name], "slots": slots[name]}
+                 for name in collators}  # fmt: skip
+    out["instances"] = micro * reps
+    out["padding_fraction"] = 1 - real / slots["padded"]
+    out["packed_fill"] = real / slots["packed"]
+    out["target_ratio"] = 1 / (1 - out["padding_fraction"])
+    out["best_possible_ratio"] = out["packed_fill"] / (1 - out["padding_fraction"])
     out["ratio_packed_over_padded"] = out["packed"]["real_tokens_per_s"] / out["padded"]["real_tokens_per_s"]
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="albert-base-v2")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--hf-compile", action="store_true", help="also time HF under torch.compile")
-    ap.add_argument("--compile", action="store_true", help="also time ours under torch.compile")
-    ap.add_argument("--packing-data", help="real shards for the packing comparison")
-    ap.add_argument("--json", help="write the result here")
-    args = ap.parse_args()
-
+def step_comparison(args: argparse.Namespace) -> dict:
+    """Ours vs HF (SDPA, optionally compiled) on one random batch; prints the table, returns the result."""
     import transformers
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
@@ -165,10 +174,37 @@ def main() -> None:
         r = statistics.median(times["hf_compile"]) / statistics.median(times["ours"])
         result["ratio_ours_over_hf_compile"] = r
         print(f"ratio ours / HF+compile (tokens/s): {r:.2f}x")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="albert-base-v2")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--hf-compile", action="store_true", help="also time HF under torch.compile")
+    ap.add_argument("--compile", action="store_true", help="also time ours under torch.compile")
+    ap.add_argument("--packing-data", help="real shards for the packing comparison")
+    ap.add_argument("--packing-preset", help="model for the packing comparison (default: --preset)")
+    ap.add_argument("--packing-batch", type=int, default=32, help="instances per step in the packing comparison")
+    ap.add_argument("--packing-reps", type=int, default=6, help="steps per side in the packing comparison")
+    ap.add_argument("--packing-only", action="store_true", help="skip the ours-vs-HF step comparison")
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args()
+
+    result = {} if args.packing_only else step_comparison(args)
+    config = AlbertConfig.from_preset(args.preset)
     if args.packing_data:
-        p = packing_comparison(args.packing_data, config, B * 4, max(3, args.reps // 2), args.device)
-        result["packing"] = p
-        print(f"packing on {args.packing_data}: padding fraction {p['padding_fraction']:.1%}; real tokens/s "
+        pcfg = AlbertConfig.from_preset(args.packing_preset) if args.packing_preset else config
+        p = packing_comparison(args.packing_data, pcfg, args.packing_batch, args.packing_reps, args.device)
+        result["packing"] = {"preset": args.packing_preset or args.preset, **p}
+        print(f"packing on {args.packing_data} ({p['instances']} instances, {args.packing_batch} per step): "
+              f"padding fraction {p['padding_fraction']:.1%} (target {p['target_ratio']:.2f}x), packed rows "
+              f"{p['packed_fill']:.1%} full (best possible {p['best_possible_ratio']:.2f}x); real tokens/s "
               f"padded {p['padded']['real_tokens_per_s']:,.0f} vs packed {p['packed']['real_tokens_per_s']:,.0f} "
               f"-> {p['ratio_packed_over_padded']:.2f}x")
     if args.json:
