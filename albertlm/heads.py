@@ -170,7 +170,13 @@ class AlbertForMaskedLM(AlbertPreTrainedModel):
 
 
 class AlbertForSequenceClassification(AlbertPreTrainedModel):
-    """pooled -> dropout -> Linear(H, num_labels); one label = regression with MSE (STS-B)."""
+    """pooled -> dropout -> Linear(H, num_labels); one label = regression with MSE (STS-B).
+
+    Only the pooled [CLS] vector is read, so the last block computes that one position
+    (``pooled_only``): the logits are HF's, the work ~1/L less. Set it False for the full last layer.
+    """
+
+    pooled_only = True
 
     def __init__(self, config: AlbertConfig):
         super().__init__(config)
@@ -189,7 +195,9 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool = False,
     ) -> ClassifierOutput:
-        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.albert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, self.pooled_only
+        )
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         loss = None
         if labels is not None:
@@ -269,7 +277,12 @@ class AlbertForQuestionAnswering(AlbertPreTrainedModel):
 
 
 class AlbertForMultipleChoice(AlbertPreTrainedModel):
-    """RACE-style: each (passage, question, option) row pooled -> Linear(H, 1); softmax over C options."""
+    """RACE-style: each (passage, question, option) row pooled -> Linear(H, 1); softmax over C options.
+
+    ``pooled_only`` as in AlbertForSequenceClassification.
+    """
+
+    pooled_only = True
 
     def __init__(self, config: AlbertConfig):
         super().__init__(config)
@@ -293,7 +306,12 @@ class AlbertForMultipleChoice(AlbertPreTrainedModel):
             return None if t is None else t.reshape(B * C, *t.shape[2:])
 
         out = self.albert(
-            flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids), output_hidden_states
+            flat(input_ids),
+            flat(attention_mask),
+            flat(token_type_ids),
+            flat(position_ids),
+            output_hidden_states,
+            self.pooled_only,
         )
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)
         loss = _ce(logits, labels) if labels is not None else None

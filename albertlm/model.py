@@ -103,14 +103,22 @@ class AlbertAttention(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        first_only: bool = False,
     ) -> torch.Tensor:
+        """(B, S, H) -> (B, S, H); with ``first_only`` only position 0 ([CLS]) queries: -> (B, 1, H)."""
         B, S, H = x.shape
+        N, D = self.num_heads, H // self.num_heads
         w, b = qkv if qkv is not None else self.fused_qkv()
-        q, k, v = F.linear(x, w, b).view(B, S, 3, self.num_heads, H // self.num_heads).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, N, S, D)
+        if first_only:
+            # Keys and values still come from every position; the query, residual and output from one.
+            q = F.linear(x[:, :1], w[:H], b[:H]).view(B, 1, N, D).transpose(1, 2)  # (B, N, 1, D)
+            k, v = (t.transpose(1, 2) for t in F.linear(x, w[H:], b[H:]).view(B, S, 2, N, D).unbind(2))
+            x = x[:, :1]
+        else:
+            q, k, v = (t.transpose(1, 2) for t in F.linear(x, w, b).view(B, S, 3, N, D).unbind(2))  # (B, N, S, D)
         p = self.attention_dropout if self.training else 0.0
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, S, D)
-        ctx = ctx.transpose(1, 2).reshape(B, S, H)
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, S|1, D)
+        ctx = ctx.transpose(1, 2).reshape(B, x.shape[1], H)
         return self.LayerNorm(x + self.output_dropout(self.dense(ctx)))
 
 
@@ -136,8 +144,9 @@ class AlbertLayer(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        first_only: bool = False,
     ) -> torch.Tensor:
-        a = self.attention(x, mask, qkv)  # (B, S, H)
+        a = self.attention(x, mask, qkv, first_only)  # (B, S, H), or (B, 1, H) with first_only
         f = self.ffn_output(self.activation(self.ffn(a)))  # (B, S, H)
         return self.full_layer_layer_norm(a + self.dropout(f))
 
@@ -189,22 +198,31 @@ class AlbertEncoder(nn.Module):
         return self.albert_layer_groups[layer]
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, output_hidden_states: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        output_hidden_states: bool = False,
+        first_only: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """``first_only``: the very last block computes position 0 only (all a pooler reads) -> (B, 1, H)."""
         if self.embedding_hidden_mapping_in is not None:
             x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
         states = [x] if output_hidden_states else None
         # Shared attention weights are stacked once per forward, not once per computed layer.
         qkv_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for layer in range(self.num_layers):
-            for block in self.layer_group(layer).albert_layers:
+            blocks = self.layer_group(layer).albert_layers
+            for k, block in enumerate(blocks):
                 key = id(block.attention)
                 if key not in qkv_cache:
                     qkv_cache[key] = block.attention.fused_qkv()
+                args = (x, mask, qkv_cache[key])
+                if first_only and layer == self.num_layers - 1 and k == len(blocks) - 1:
+                    args = (*args, True)
                 if self.gradient_checkpointing and self.training:
-                    x = checkpoint(block, x, mask, qkv_cache[key], use_reentrant=False)
+                    x = checkpoint(block, *args, use_reentrant=False)
                 else:
-                    x = block(x, mask, qkv_cache[key])
+                    x = block(*args)
             if states is not None:
                 states.append(x)
         return x, tuple(states) if states is not None else None
@@ -293,9 +311,13 @@ class AlbertModel(AlbertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        pooled_only: bool = False,
     ) -> AlbertOutput:
+        """``pooled_only``: the caller reads only ``pooler_output``, so the last block computes [CLS]
+        alone (same pooled output, ~1/L less work) and ``last_hidden_state`` is (B, 1, H)."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, S, E)
-        h, states = self.encoder(x, attention_bias(attention_mask, x.dtype), output_hidden_states)
+        first_only = pooled_only and self.pooler is not None and not output_hidden_states
+        h, states = self.encoder(x, attention_bias(attention_mask, x.dtype), output_hidden_states, first_only)
         pooled = self.pool(h) if self.pooler is not None else None
         return AlbertOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=states)
 

@@ -47,7 +47,9 @@ def _ort_fused_qkv(self):
     return w.t(), b
 
 
-def _ort_attention_forward(self, x, mask, qkv=None):
+def _ort_attention_forward(self, x, mask, qkv=None, first_only=False):
+    if first_only:  # the op has no separate query input; ort_attention turns pooled_only off
+        raise ValueError("the fused Attention op computes every position; export without pooled_only")
     w_t, b = qkv if qkv is not None else _ort_fused_qkv(self)
     # The model hands attention an SDPA mask (B, 1, 1, S); the op takes the raw (B, S) int32 mask.
     keep = mask[:, 0, 0, :].to(torch.int32)
@@ -64,14 +66,19 @@ def ort_attention(model: nn.Module):
     from albertlm.model import AlbertAttention
 
     modules = [m for m in model.modules() if isinstance(m, AlbertAttention)]
+    heads = [m for m in model.modules() if getattr(m, "pooled_only", False)]
     for m in modules:
         m.fused_qkv = types.MethodType(_ort_fused_qkv, m)
         m.forward = types.MethodType(_ort_attention_forward, m)
+    for m in heads:
+        m.pooled_only = False  # the op attends from every position
     try:
         yield model
     finally:
         for m in modules:
             del m.fused_qkv, m.forward
+        for m in heads:
+            del m.pooled_only  # back to the class default
 
 
 def fuse_for_onnxruntime(path: Path, config: AlbertConfig) -> dict[str, int]:

@@ -37,7 +37,10 @@ HEADS = [
 
 
 def tiny(**kw) -> dict:
+    # initializer_range 0.1, not 0.02: at 0.02 attention is near uniform and a wrong query, key or
+    # mask moves the outputs by less than the tolerance.
     base = dict(
+        initializer_range=0.1,
         vocab_size=97, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
         intermediate_size=48, max_position_embeddings=64, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
@@ -202,3 +205,24 @@ def test_no_loading_warnings_logged(tmp_path, caplog):
         hf_model = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path)
     assert hf_model.config.id2label == {0: "neg", 1: "pos"}
     assert not [r for r in caplog.records if "newly initialized" in r.getMessage() or "not used" in r.getMessage()]
+
+
+@pytest.mark.parametrize("name", ["AlbertForSequenceClassification", "AlbertForMultipleChoice"])
+def test_pooled_only_training_gradients_match_hf(tmp_path, name):
+    """The [CLS]-only last block (``pooled_only``) gives HF's loss and HF's gradient on every weight."""
+    torch.manual_seed(0)
+    hf_model = getattr(transformers, name)(transformers.AlbertConfig(**tiny(inner_group_num=2), num_labels=3))
+    hf_model.save_pretrained(tmp_path)
+    ours = getattr(albertlm, name).from_pretrained(tmp_path)
+    assert ours.pooled_only
+    choice = "MultipleChoice" in name
+    ids, mask, types = batch(num_choices=4 if choice else 0)
+    labels = torch.tensor([0, 2, 1]) if not choice else torch.tensor([3, 0, 1])
+    losses = {}
+    for key, model in (("hf", hf_model.train()), ("ours", ours.train())):
+        losses[key] = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels).loss
+        losses[key].backward()
+    torch.testing.assert_close(losses["ours"], losses["hf"], atol=TOL, rtol=0)
+    grads = {n: p.grad for n, p in hf_model.named_parameters()}
+    for n, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=TOL, rtol=0, msg=n)
