@@ -121,18 +121,20 @@ def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 
 
     model = AlbertForPreTraining.from_pretrained(model_dir)
     ds = PretrainingDataset(shards)
-    totals = {"mlm_acc": 0.0, "pair_correct": 0.0, "pair_total": 0.0, "majority": 0.0}
+    totals = {"mlm_acc": 0.0, "mlm_acc_at_mask": 0.0, "pair_correct": 0.0, "pair_total": 0.0, "majority": 0.0}
     rounds = epochs if ds.mode == "dynamic" else 1
     for epoch in range(rounds):
         ds.set_epoch(epoch)
         r = heldout_scores(model, ds, math.ceil(len(ds) / batch_size), batch_size)
         pairs = len(ds)
         totals["mlm_acc"] += r["valid_mlm_acc"] / rounds
+        totals["mlm_acc_at_mask"] += r["valid_mlm_acc_at_mask"] / rounds
         totals["pair_correct"] += r["valid_sop_acc"] * pairs
         totals["pair_total"] += pairs
         totals["majority"] += r["valid_sop_majority"] * pairs
     acc = totals["pair_correct"] / totals["pair_total"]
     half = 1.96 * math.sqrt(acc * (1 - acc) / totals["pair_total"])
     return {"model": str(model_dir), "data": str(shards), "epochs": rounds, "pairs": int(totals["pair_total"]),
-            "mlm_acc": totals["mlm_acc"], "pair_acc": acc, "pair_acc_ci95": half,
+            "mlm_acc": totals["mlm_acc"], "mlm_acc_at_mask": totals["mlm_acc_at_mask"],
+            "pair_acc": acc, "pair_acc_ci95": half,
             "majority_baseline": totals["majority"] / totals["pair_total"]}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 PANELS = [
     ("loss", ["loss", "mlm_loss", "sop_loss", "valid_mlm_loss", "valid_sop_loss"]),
-    ("accuracy", ["mlm_acc", "sop_acc", "valid_mlm_acc", "valid_sop_acc"]),
+    ("accuracy", ["mlm_acc", "mlm_acc_at_mask", "sop_acc", "valid_mlm_acc", "valid_mlm_acc_at_mask", "valid_sop_acc"]),
     ("learning rate", ["lr"]),
     ("tokens / s", ["tokens_per_s"]),
 ]

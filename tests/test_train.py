@@ -170,8 +170,8 @@ def test_nonfinite_steps_are_skipped_then_stop_without_nan_checkpoint(shards, tm
 
     real = train.micro_step
 
-    def poisoned(model, batch, autocast):
-        loss, stats = real(model, batch, autocast)
+    def poisoned(model, batch, autocast, mask_id=None):
+        loss, stats = real(model, batch, autocast, mask_id)
         return loss * float("nan"), stats
 
     monkeypatch.setattr(train, "micro_step", poisoned)
@@ -241,3 +241,26 @@ def test_epoch_boundaries_with_a_dataset_whose_length_changes():
         assert [len(m) for m in micro] == [2, 2]
         seen.append((steps.epoch, max(i for m in micro for i in m) < len(steps.ds)))
     assert [e for e, _ in seen] == [0] * 5 + [1] * 3 + [2] * 4 + [3] * 2 and all(ok for _, ok in seen)
+
+
+def test_mlm_accuracy_at_mask_excludes_copyable_positions():
+    """A model that only copies its input scores on the unchanged positions, and 0 at [MASK]ed ones."""
+    import contextlib
+
+    from albertlm.heads import PreTrainingOutput
+    from albertlm.train import micro_step
+
+    mask_id, V = 4, 50
+    ids = torch.tensor([[2, 7, 4, 9, 4, 3], [2, 4, 11, 12, 3, 0]])
+    labels = torch.full_like(ids, -100)
+    labels[0, [1, 2, 4]] = torch.tensor([7, 8, 10])  # position 1 kept unchanged, 2 and 4 masked
+    labels[1, [1, 3]] = torch.tensor([13, 12])  # position 1 masked, 3 kept
+
+    def copier(input_ids, labels, **_):
+        picked = input_ids[labels != -100]
+        return PreTrainingOutput(torch.tensor(0.0), torch.tensor(0.0), None,
+                                 torch.nn.functional.one_hot(picked, V).float(), None, labels[labels != -100])
+
+    _, s = micro_step(copier, {"input_ids": ids, "labels": labels}, contextlib.nullcontext, mask_id)
+    assert (s["mlm_correct"], s["mlm_total"]) == (2, 5)
+    assert (s["mlm_mask_correct"], s["mlm_mask_total"]) == (0, 3)

@@ -49,7 +49,8 @@ def run_intrinsic(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=1)
-    print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f}, "
+    print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f} "
+          f"({r['mlm_acc_at_mask']:.4f} at [MASK]ed positions), "
           f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
           f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
     return 0
