@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -212,6 +213,35 @@ def test_analyses_of_a_trained_model(shards, tmp_path):
     assert all(p.exists() for p in write_report(stats, tmp_path / "report"))
     r = intrinsic_accuracy(tmp_path / "final", shards, epochs=2)
     assert r["pairs"] > 0 and 0 <= r["pair_acc"] <= 1 and 0.5 <= r["majority_baseline"] <= 1
+    assert 0 < r["mlm_acc_at_mask_baseline"] < r["mlm_acc_baseline"] < 1
+
+
+def test_copy_or_unigram_baseline_counts_by_hand():
+    """Copy where the input is not [MASK], else the most frequent [MASK]ed target: 3 of 5 here."""
+    from types import SimpleNamespace
+
+    from albertlm.analysis import copy_or_unigram_baseline
+
+    m = 4
+    items = [  # input ids, labels (-100 = not a target)
+        ([2, m, 7, 9, 3], [-100, 5, 7, 8, -100]),  # [MASK]->5, kept 7 (copy right), replaced 9 (copy wrong)
+        ([2, m, m, 3], [-100, 5, 6, -100]),  # [MASK]->5, [MASK]->6: 5 is the most frequent
+    ]
+
+    class Items:
+        special, mode = SimpleNamespace(mask_id=m), "static"
+
+        def set_epoch(self, e):
+            pass
+
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, i):
+            return {"input_ids": np.array(items[i][0]), "labels": np.array(items[i][1])}
+
+    r = copy_or_unigram_baseline(Items(), epochs=3)  # a static dataset is read once
+    assert r == {"mlm_acc": 3 / 5, "mlm_acc_at_mask": 2 / 3}
 
 
 def test_epoch_boundaries_with_a_dataset_whose_length_changes():

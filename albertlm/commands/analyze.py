@@ -50,7 +50,8 @@ def run_intrinsic(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=1)
     print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f} "
-          f"({r['mlm_acc_at_mask']:.4f} at [MASK]ed positions), "
+          f"({r['mlm_acc_at_mask']:.4f} at [MASK]ed positions; copy-or-most-frequent baseline "
+          f"{r['mlm_acc_baseline']:.4f} / {r['mlm_acc_at_mask_baseline']:.4f}), "
           f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
           f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
     return 0
