@@ -216,13 +216,11 @@ class AlbertEncoder(nn.Module):
                 key = id(block.attention)
                 if key not in qkv_cache:
                     qkv_cache[key] = block.attention.fused_qkv()
-                args = (x, mask, qkv_cache[key])
-                if first_only and layer == self.num_layers - 1 and k == len(blocks) - 1:
-                    args = (*args, True)
+                last = first_only and layer == self.num_layers - 1 and k == len(blocks) - 1
                 if self.gradient_checkpointing and self.training:
-                    x = checkpoint(block, *args, use_reentrant=False)
+                    x = checkpoint(block, x, mask, qkv_cache[key], last, use_reentrant=False)
                 else:
-                    x = block(*args)
+                    x = block(x, mask, qkv_cache[key], last)
             if states is not None:
                 states.append(x)
         return x, tuple(states) if states is not None else None
