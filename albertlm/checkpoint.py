@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from albertlm.errors import CheckpointCorrupt
+
 CHECKSUMS = "checksums.json"
 
 
-class CheckpointCorrupt(RuntimeError):
-    pass
 
 
 def step_dir(root: Path, step: int) -> Path:

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from albertlm.errors import USER_OS_ERRORS, AlbertlmError, UserError  # noqa: F401  (UserError: re-export)
+
 # (module under albertlm.commands) in the order `albertlm --help` lists them
 COMMANDS = [
     "params", "forward", "init",  # the model
@@ -22,8 +24,6 @@ COMMANDS = [
 ]
 
 
-class UserError(Exception):
-    """A problem with the user's input: printed as one clear line, exit code 2, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (UserError, FileNotFoundError, ValueError, PermissionError, IsADirectoryError) as e:
+    except (AlbertlmError, *USER_OS_ERRORS) as e:
         print(f"albertlm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -305,3 +305,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=30000, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
     ),
 }
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` strings (``--set``) -> typed AlbertConfig overrides; the field's type decides the
+    parse (``--set hidden_size=64 --set sharing=ffn --set project_embeddings=false``)."""
+    from albertlm.errors import ConfigError
+
+    hints = {f.name: str(f.type) for f in dataclasses.fields(AlbertConfig) if f.name != "extra"}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in hints:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(hints))}")
+        kind = hints[key]
+        try:
+            if "dict" in kind:
+                out[key] = json.loads(value)
+            elif "bool" in kind:
+                if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                    raise ValueError(value)
+                out[key] = value.lower() in ("1", "true", "yes")
+            elif "int" in kind and "float" not in kind:
+                out[key] = int(value)
+            elif "float" in kind:
+                out[key] = float(value)
+            else:
+                out[key] = value
+        except (ValueError, json.JSONDecodeError):
+            raise ConfigError(f"--set {item!r}: {value!r} is not a valid {kind}") from None
+    return out

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from albertlm.errors import DataError
 from albertlm.pretraining_data import (
     DocumentEncoder,
     InstanceConfig,
@@ -51,7 +52,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 
 
-class DataFormatError(ValueError):
+class DataFormatError(DataError):
     """A data directory that is missing, incomplete or corrupt (e.g. left by an interrupted build)."""
 
 

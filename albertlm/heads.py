@@ -394,3 +394,45 @@ def _masked(logits: torch.Tensor, p_mask: torch.Tensor | None) -> torch.Tensor:
 def _expand_mask(p_mask: torch.Tensor | None, k: int) -> torch.Tensor | None:
     return None if p_mask is None else p_mask.unsqueeze(1).expand(-1, k, -1)
 
+
+
+@dataclass(frozen=True)
+class Head:
+    """One model class: its ``albertlm init --head`` name, the ONNX graph's inputs and outputs, and whether
+    ``transformers`` has a class of the same name (written into config.json ``architectures``)."""
+
+    name: str
+    cls: type
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+    in_transformers: bool = True
+
+    @property
+    def architecture(self) -> str:
+        return self.cls.__name__
+
+
+# The one table of heads, keyed by architecture (our class name = the transformers class name).
+HEADS: dict[str, Head] = {
+    h.architecture: h
+    for h in (
+        Head("base", AlbertModel, ("last_hidden_state", "pooler_output")),
+        Head("pretraining", AlbertForPreTraining, ("prediction_logits", "sop_logits")),
+        Head("mlm", AlbertForMaskedLM, ("logits",)),
+        Head("classification", AlbertForSequenceClassification, ("logits",)),
+        Head("tagging", AlbertForTokenClassification, ("logits",)),
+        Head("qa", AlbertForQuestionAnswering, ("start_logits", "end_logits")),
+        Head("qa-v2", AlbertForQuestionAnsweringV2,
+             ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits"),
+             inputs=("input_ids", "attention_mask", "token_type_ids", "p_mask"), in_transformers=False),
+        Head("multiple-choice", AlbertForMultipleChoice, ("logits",)),
+    )
+}
+
+
+def head_named(name: str) -> Head:
+    """A head by its ``--head`` name or its architecture."""
+    for h in HEADS.values():
+        if name in (h.name, h.architecture):
+            return h
+    raise KeyError(name)

@@ -1,8 +1,8 @@
 """HuggingFace and original-TensorFlow checkpoint interoperability: the declarative key maps.
 
 Our modules carry HF's names, so an HF state dict differs from ours only by the rules in
-``HF_RULES`` (prefix, the tied decoder, buffers HF once saved). The original TF names map through
-``TF_RULES`` (spec section 3). Nothing is ever unpickled unsafely: ``.bin`` files are read with
+``HF_IGNORED`` and ``hf_to_ours`` (prefix, the tied decoder, buffers HF once saved). The original TF
+names map through ``TF_RULES`` (spec section 3). Nothing is ever unpickled unsafely: ``.bin`` files are read with
 ``torch.load(weights_only=True)``.
 """
 
@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from albertlm.config import AlbertConfig
+from albertlm.errors import CheckpointError
 
 if TYPE_CHECKING:
     from albertlm.model import AlbertPreTrainedModel
@@ -62,22 +63,6 @@ TF_RULES: tuple[tuple[str, str], ...] = (
 )
 _TF_SUFFIX = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias"}
 _TF_SKIP = re.compile(r"(adam_[mv]|global_step|lamb_[mv]|/Momentum)")
-
-# Our class name -> the transformers class that loads it (written into config.json "architectures").
-HF_ARCHITECTURES = {
-    "AlbertModel": "AlbertModel",
-    "AlbertForPreTraining": "AlbertForPreTraining",
-    "AlbertForMaskedLM": "AlbertForMaskedLM",
-    "AlbertForSequenceClassification": "AlbertForSequenceClassification",
-    "AlbertForTokenClassification": "AlbertForTokenClassification",
-    "AlbertForQuestionAnswering": "AlbertForQuestionAnswering",
-    "AlbertForMultipleChoice": "AlbertForMultipleChoice",
-}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that does not fit the model: names the offending keys or shapes."""
-
 
 # --------------------------------------------------------------------------- TF names
 def tf_to_hf_name(name: str) -> tuple[str, bool] | None:
@@ -142,7 +127,8 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def hf_to_ours(sd: dict[str, torch.Tensor], model: AlbertPreTrainedModel) -> dict[str, torch.Tensor]:
-    """Apply HF_RULES: drop tied/buffer keys, add or strip the ``albert.`` prefix, fold the projection."""
+    """An HF state dict in our layout: drop tied/buffer keys (``HF_IGNORED``), add or strip the ``albert.``
+    prefix, fold the projection."""
     has_base = hasattr(model, "albert")
     base = model.albert if has_base else model
     out: dict[str, torch.Tensor] = {}
@@ -255,7 +241,7 @@ def save_state_dict(
     """config.json + model.safetensors, each written to a temp name and renamed (never half-written)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    config.save(d, architectures=[HF_ARCHITECTURES.get(class_name, class_name)])
+    config.save(d, architectures=[class_name])  # our class names are transformers' (heads.HEADS)
     tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
     save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
     os.replace(tmp, d / WEIGHTS_SAFETENSORS)

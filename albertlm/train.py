@@ -27,48 +27,61 @@ import torch
 from albertlm import checkpoint as ckpt
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
+from albertlm.errors import TrainingError
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.optim import build_optimizer, build_scheduler
 
 
-class TrainingError(RuntimeError):
-    """The run cannot go on (bad settings, too many non-finite losses): one clear message."""
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    """A setting with its command-line help (``albertlm pretrain`` derives its flags from these)."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+LR_DEFAULTS = {"lamb": 1.76e-3, "adamw": 5e-4}  # the paper's LAMB rate for batch 4096; a common AdamW one
 
 
 @dataclass
 class PretrainConfig:
-    out: str  # run directory: metrics.jsonl, checkpoints/, final/
-    data: str  # built shards (``albertlm data build``)
-    valid_data: str | None = None  # held-out shards for periodic validation
-    preset: str = "albert-tiny"  # model preset; V and special ids are taken from the data's tokenizer
-    model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"sharing": "none"}
-    init_from: str | None = None  # start from these weights (HF-layout dir) instead of a fresh init
-    optimizer: str = "lamb"  # lamb (the paper) | adamw
-    lr: float = 1.76e-3  # the paper's LAMB rate for batch 4096
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    max_steps: int = 1000
-    global_batch_size: int = 128  # instances per optimizer step, over all ranks and micro-batches
-    micro_batch_size: int = 32  # instances per forward on one rank
-    clip_norm: float = 1.0  # global gradient norm (spec section 7)
-    precision: str = "fp32"  # fp32 | bf16 (autocast) | fp16 (autocast + grad scaler)
-    compile: bool | None = None  # torch.compile; None = on for CUDA, off on CPU
-    activation_checkpointing: bool = False
-    fsdp: bool = False  # FSDP2 fully_shard instead of DDP under torchrun
-    pack: bool = False  # pack several instances per row (no padding)
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 200
-    eval_batches: int = 20
-    save_every: int = 200
-    keep_last: int = 2
-    max_nonfinite: int = 20  # stop after this many skipped steps with a non-finite loss or gradient
-    num_workers: int = 0  # DataLoader workers per rank
-    device: str | None = None  # cuda | cpu; None = cuda when available
-    peak_tflops: float | None = None  # for MFU; None = known GPU table, or a measured matmul on CPU
-    tensorboard: bool = False
-    progress: bool = True
+    out: str = _opt("runs/pretrain", "run directory: metrics.jsonl, checkpoints/, final/")
+    data: str | None = _opt(None, "shards from `albertlm data build`; omit for the embedded demo corpus")
+    valid_data: str | None = _opt(None, "held-out shards for periodic validation")
+    preset: str = _opt("albert-tiny", "model preset (see `albertlm params`); V and special ids come from the data")
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE, e.g. {"sharing": "none"}
+    init_from: str | None = _opt(None, "start from these weights (HF-layout model directory)")
+    optimizer: str = _opt("lamb", "lamb as the paper, or adamw", choices=("lamb", "adamw"))
+    lr: float | None = _opt(None, "peak learning rate (default: 1.76e-3 for LAMB, 5e-4 for AdamW)")
+    weight_decay: float = _opt(0.01, "decoupled weight decay")
+    warmup_steps: int | None = _opt(None, "linear warmup steps (default: max-steps / 10)")
+    max_steps: int = _opt(1000, "optimizer steps")
+    global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches")
+    micro_batch_size: int = _opt(32, "instances per forward on one process")
+    clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7)")
+    precision: str = _opt("fp32", "fp32, bf16 (autocast) or fp16 (autocast + grad scaler)",
+                          choices=("fp32", "bf16", "fp16"))
+    compile: bool | None = _opt(None, "torch.compile the model (default: on for CUDA, off on CPU)")
+    activation_checkpointing: bool = _opt(False, "recompute blocks in backward")
+    fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
+    pack: bool = _opt(False, "pack several instances per row (no padding)")
+    seed: int = _opt(0, "seed for weights and data order")
+    log_every: int = _opt(10, "steps between metric lines")
+    eval_every: int = _opt(100, "steps between validations")
+    eval_batches: int = _opt(20, "micro-batches per validation")
+    save_every: int = _opt(100, "steps between checkpoints")
+    keep_last: int = _opt(2, "checkpoints kept")
+    max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops")
+    device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
+    peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table)")
+    tensorboard: bool = _opt(False, "also log to TensorBoard (if installed)")
+    progress: bool = _opt(True, "show a progress bar")
+
+    @property
+    def peak_lr(self) -> float:
+        return self.lr if self.lr is not None else LR_DEFAULTS[self.optimizer]
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else self.max_steps // 10
 
     def validate(self, world: int) -> int:
         """Checks the batch arithmetic; returns the accumulation steps per rank."""
@@ -80,8 +93,12 @@ class PretrainConfig:
                 f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
                 f"{self.micro_batch_size} x {world} processes; pick a multiple of {per_step}"
             )
-        if self.max_steps <= 0 or not 0 <= self.warmup_steps <= self.max_steps:
-            raise TrainingError(f"need 0 <= --warmup-steps ({self.warmup_steps}) <= --max-steps ({self.max_steps})")
+        if self.optimizer not in LR_DEFAULTS:
+            raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
+        if self.data is None:
+            raise TrainingError("no --data: build shards with `albertlm data build`, or run the demo without --data")
+        if self.max_steps <= 0 or not 0 <= self.warmup <= self.max_steps:
+            raise TrainingError(f"need 0 <= --warmup-steps ({self.warmup}) <= --max-steps ({self.max_steps})")
         return self.global_batch_size // per_step
 
 
@@ -274,8 +291,8 @@ class Run:
         self.model.to(info.device).train()
         # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
         self.wrapped = wrap_model(self.model, info, cfg.fsdp)
-        self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.lr, cfg.weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup_steps, cfg.max_steps)
+        self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.peak_lr, cfg.weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.max_steps)
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.nonfinite, self.tokens_seen = 0, 0, 0

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from albertlm.ablation import StudySettings, run_study
-    from albertlm.commands.pretrain import parse_overrides
+    from albertlm.config import parse_overrides
 
     start = time.time()
     s = StudySettings(

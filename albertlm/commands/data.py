@@ -126,7 +126,7 @@ _WARNINGS = (
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from albertlm.cli import UserError
+    from albertlm.errors import UserError
     from albertlm.data import build_dataset
     from albertlm.pretraining_data import InstanceConfig
     from albertlm.tokenizer import load_tokenizer

@@ -25,22 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.cli import UserError
+    from albertlm.errors import UserError
     from albertlm.export import export_onnx
 
     if args.opset < 14:
         raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")
-    try:
-        manifest = export_onnx(
-            args.model,
-            args.out,
-            quantize=args.quantize,
-            opset=args.opset,
-            tokenizer_dir=args.tokenizer,
-            graph=args.graph,
-        )
-    except ImportError as e:
-        raise UserError(str(e)) from None
+    manifest = export_onnx(args.model, args.out, quantize=args.quantize, opset=args.opset,
+                           tokenizer_dir=args.tokenizer, graph=args.graph)  # fmt: skip
     sizes = manifest["sizes_bytes"]
     line = f"fp32 {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
     if "int8" in sizes:

@@ -16,19 +16,25 @@ import json
 import sys
 from pathlib import Path
 
+from albertlm.errors import UserError
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-seq-length", type=int, default=None, help="tokens per sequence (default: the task's)")
-    p.add_argument("--eval-batch-size", type=int, default=64, help="batch size for evaluation / prediction")
-    p.add_argument("--doc-stride", type=int, default=128, help="QA: tokens between window starts")
-    p.add_argument("--max-query-length", type=int, default=64, help="QA: question tokens kept")
-    p.add_argument("--max-answer-length", type=int, default=30, help="QA: longest answer in tokens")
+# older flag names kept working: serve's --max-length / --max-batch-size
+INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
+
+
+def _inference_flags(p: argparse.ArgumentParser) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.tasks.kinds import InferenceSettings
+
+    add_flags(p, InferenceSettings, aliases=INFERENCE_ALIASES)
     p.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed rows instead of failing")
-    p.add_argument("--no-bucketing", action="store_true", help="batch in file order (no length bucketing)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.finetune import Settings
+
     ft = subparsers.add_parser("finetune", help="fine-tune a model on a task (GLUE, CLUE, SQuAD, CMRC, NER, ...)")
     ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`)")
     ft.add_argument("--data", required=True, help="dataset directory (or a single training file)")
@@ -40,40 +46,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--holdout", type=int, default=0, help="evaluate on the last N training examples instead")
     ft.add_argument("--limit-train", type=int, default=0, help="use only the first N training examples")
     ft.add_argument("--limit-eval", type=int, default=0, help="evaluate on the first N evaluation examples")
-    ft.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the paper's)")
-    ft.add_argument("--batch-size", type=int, default=None, help="training batch size (default: the paper's)")
-    ft.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: the paper's)")
-    ft.add_argument("--epochs", type=float, default=None, help="passes over the training set (instead of steps)")
-    ft.add_argument("--warmup", type=float, default=None, help="warmup steps, or a fraction of all steps if < 1")
-    ft.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
-    ft.add_argument("--seed", type=int, default=0, help="seed for initialisation, shuffling and dropout")
-    ft.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (0: at the end only)")
-    ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config field, e.g. --set hidden_size=64 (repeatable)")  # fmt: skip
-    _common(ft)
+    add_flags(ft, Settings, skip=("progress",))
+    ft.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a model config field, e.g. --set hidden_size=64 (repeatable)")  # fmt: skip
+    _inference_flags(ft)
     ft.set_defaults(func=_finetune)
 
     ev = subparsers.add_parser("evaluate", help="evaluate a fine-tuned model on a task's dev (or given) file")
-    ev.add_argument("--model", required=True, help="fine-tuned model directory")
+    ev.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
     ev.add_argument("--data", required=True, help="dataset directory or file")
     ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
-    ev.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
     ev.add_argument("--limit", type=int, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")
-    _common(ev)
+    _engine_flags(ev)
+    _inference_flags(ev)
     ev.set_defaults(func=_evaluate)
 
     pr = subparsers.add_parser("predict", help="batch inference: JSON lines in (or text lines), JSON lines out")
-    pr.add_argument("--model", required=True, help="fine-tuned model directory")
+    pr.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
     pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines")
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
     pr.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
-    pr.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    pr.add_argument("--engine", choices=["torch", "onnx"], default="torch",
-                    help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
-    pr.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (onnx engine)")
-    _common(pr)
+    _engine_flags(pr)
+    _inference_flags(pr)
     pr.set_defaults(func=_predict)
 
     ls = subparsers.add_parser("tasks", help="list the registered tasks with their default hyperparameters")
@@ -85,32 +81,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cv.set_defaults(func=_convert)
 
 
-def _settings(args: argparse.Namespace):
-    from albertlm.cli import UserError
-    from albertlm.finetune import Settings
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    """How a model is run: shared by evaluate, predict and serve."""
+    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
+    p.add_argument("--engine", choices=["torch", "onnx"], default="torch",
+                   help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
+    p.add_argument("--fp32", action="store_true", help="onnx: use model.onnx even when model.int8.onnx exists")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
 
-    overrides = {}
-    for item in getattr(args, "set", []):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
-    get = lambda name: getattr(args, name, None)  # noqa: E731
-    for name in ("lr", "batch_size", "max_steps", "epochs", "max_seq_length"):
-        v = get(name)
+
+def load_predictor(args: argparse.Namespace):  # noqa: ANN201
+    """The Predictor for --model / --engine / --task / --tokenizer and the inference flags given."""
+    from albertlm.commands.flags import values
+    from albertlm.inference import Predictor
+    from albertlm.tasks.kinds import InferenceSettings
+
+    for name, v in values(args, InferenceSettings).items():
+        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
+    return Predictor.load(args.model, engine=args.engine, threads=args.threads, quantized=False if args.fp32 else None,
+                          tokenizer=args.tokenizer, task=getattr(args, "task", None),
+                          overrides=values(args, InferenceSettings))  # fmt: skip
+
+
+def _settings(args: argparse.Namespace):
+    from albertlm.commands.flags import build
+    from albertlm.config import parse_overrides
+    from albertlm.finetune import Settings
+    from albertlm.tasks.kinds import InferenceSettings
+
+    for name in ("lr", "batch_size", "max_steps", "epochs", "max_seq_length", "eval_batch_size"):
+        v = getattr(args, name, None)
         if v is not None and v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
-    return Settings(
-        lr=get("lr"), batch_size=get("batch_size"), max_steps=get("max_steps"), epochs=get("epochs"),
-        warmup=get("warmup"), max_seq_length=get("max_seq_length"), weight_decay=get("weight_decay") or 0.01,
-        seed=get("seed") or 0, eval_every=get("eval_every") or 0, eval_batch_size=args.eval_batch_size,
-        bucketing=not args.no_bucketing, doc_stride=args.doc_stride, max_query_length=args.max_query_length,
-        max_answer_length=args.max_answer_length, progress=not args.quiet,
-        config_overrides=overrides,
-    )  # fmt: skip
+    inference = build(args, InferenceSettings)
+    return build(args, Settings, skip=("progress",), progress=not args.quiet, inference=inference,
+                 config_overrides=parse_overrides(args.set))  # fmt: skip
 
 
 def _policy(args: argparse.Namespace):
@@ -126,8 +132,7 @@ def _note_skips(policy, log) -> None:  # noqa: ANN001
 
 def _finetune(args: argparse.Namespace) -> int:
     from albertlm.finetune import Data, resolve_tokenizer, train
-    from albertlm.tasks import get_task, read_split
-    from albertlm.tasks.features import label_set
+    from albertlm.tasks import get_task, kind_of, read_split
 
     task = get_task(args.task)
     s = _settings(args)
@@ -136,12 +141,12 @@ def _finetune(args: argparse.Namespace) -> int:
     tok = resolve_tokenizer(args.model, args.tokenizer)
     train_ex, train_path = read_split(task, data, "train", policy, args.train_file)
     # labels from the whole training file: a --limit-train slice may miss rare classes
-    labels = label_set(task, train_ex) if task.kind in ("classification", "tagging") else None
+    labels = kind_of(task).label_set(task, train_ex)
     if args.limit_train:
         train_ex = train_ex[: args.limit_train]
     if args.holdout:
         if args.holdout >= len(train_ex):
-            raise ValueError(f"--holdout {args.holdout} leaves no training examples (have {len(train_ex)})")
+            raise UserError(f"--holdout {args.holdout} leaves no training examples (have {len(train_ex)})")
         eval_ex, eval_path = train_ex[-args.holdout :], f"{train_path} (last {args.holdout} examples)"
         train_ex = train_ex[: -args.holdout]
     else:
@@ -180,29 +185,31 @@ def _eval_split(task, data: Path, policy, eval_file: Path | None, train_path: Pa
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from albertlm.finetune import evaluate, load_finetuned
     from albertlm.tasks import read_split
 
-    task, model, tok, info = load_finetuned(args.model, args.tokenizer, args.task)
-    s = _settings(args)
-    s.max_seq_length = args.max_seq_length or info.get("max_seq_length") or task.max_seq_length
+    predictor = load_predictor(args)
+    task = predictor.task
+    if task is None:
+        raise UserError(f"{args.model} records no task; pass --task NAME (see `albertlm tasks`)")
     policy = _policy(args)
     examples, path = read_split(task, Path(args.data), args.split, policy)
     if args.limit:
         examples = examples[: args.limit]
     _note_skips(policy, lambda m: print(m, file=sys.stderr))
-    result, preds, extra = evaluate(task, model, tok, examples, s)
+    result, answers = predictor.evaluate(examples)
     print(json.dumps(result))
     where = ""
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         summary = {"task": task.name, "file": str(path), "metrics": result}
-        (out / "metrics.json").write_text(json.dumps(summary, indent=2))
-        if task.kind in ("qa", "qa_v2"):
-            (out / "predictions.json").write_text(json.dumps(preds, ensure_ascii=False, indent=1))
-            if "null_scores" in extra:
-                (out / "null_odds.json").write_text(json.dumps(extra["null_scores"], indent=1))
+        _write(out / "metrics.json", json.dumps(summary, indent=2))
+        if "text" in answers[0]:  # span QA: the official scripts' prediction files
+            _write(out / "predictions.json", json.dumps({ex.qid: a["text"] for ex, a in zip(examples, answers,
+                                                         strict=True)}, ensure_ascii=False, indent=1))  # fmt: skip
+            if "null_score" in answers[0]:
+                _write(out / "null_odds.json", json.dumps({ex.qid: a["null_score"] for ex, a in zip(examples, answers,
+                                                            strict=True)}, indent=1))  # fmt: skip
         where = f"; wrote metrics.json to {out}"
     main = task.main_metric if task.main_metric in result else next(iter(result))
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
@@ -210,25 +217,41 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(args: argparse.Namespace) -> int:
-    from albertlm.finetune import load_finetuned, parse_input, predict
-    from albertlm.tasks.examples import DataError
+def _write(path: Path, text: str) -> None:
+    """Atomic: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
-    task, model, tok, info = load_finetuned(args.model, args.tokenizer, args.task, args.engine, args.threads)
-    s = _settings(args)
-    s.max_seq_length = args.max_seq_length or info.get("max_seq_length") or task.max_seq_length
-    if args.input:
-        lines = Path(args.input).read_text(encoding="utf-8").split("\n")
+
+def _read_input(path: str | None) -> list[str]:
+    if path is None:
+        data = sys.stdin.buffer.read()
+        where = "stdin"
     else:
-        lines = sys.stdin.read().split("\n")
-    examples = [parse_input(task, line, n) for n, line in enumerate(lines, start=1) if line.strip()]
+        data, where = Path(path).read_bytes(), path
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{where}: not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """One output line per input line: a blank input line gets ``{}`` so the outputs line up."""
+    predictor = load_predictor(args)
+    lines = [line.removesuffix("\r") for line in _read_input(args.input)]
+    where = args.input or "stdin"
+    examples = {n: predictor.kind.parse_line(line, f"{where}:{n + 1}") for n, line in enumerate(lines) if line.strip()}
     if not examples:
-        raise DataError(f"{args.input or 'stdin'}: no input lines")
-    rows = predict(task, model, tok, examples, s, info)
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        raise UserError(f"{where}: no input lines")
+    rows = dict(zip(examples, predictor.predict(list(examples.values())), strict=True))
+    text = "".join(json.dumps(rows.get(n, {}), ensure_ascii=False) + "\n" for n in range(len(lines)))
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        print(f"predicted {len(rows)} rows with {task.name} model {args.model}; wrote {args.output}", file=sys.stderr)
+        _write(Path(args.output), text)
+        name = predictor.task.name if predictor.task else predictor.kind.name
+        print(f"predicted {len(rows)} rows with {name} model {args.model}; wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from albertlm import AlbertConfig, AlbertModel
-    from albertlm.cli import UserError
+    from albertlm.errors import UserError
 
     torch.manual_seed(args.seed)
     if args.model:

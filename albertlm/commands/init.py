@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-HEADS = {
-    "base": "AlbertModel",
-    "pretraining": "AlbertForPreTraining",
-    "mlm": "AlbertForMaskedLM",
-    "classification": "AlbertForSequenceClassification",
-    "tagging": "AlbertForTokenClassification",
-    "qa": "AlbertForQuestionAnswering",
-    "multiple-choice": "AlbertForMultipleChoice",
-}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="write a randomly initialised preset in the HF layout")
     p.add_argument("--preset", required=True, help="preset name (see `albertlm params`)")
-    p.add_argument("--head", choices=sorted(HEADS), default="pretraining", help="which model class")
+    from albertlm.heads import HEADS
+
+    p.add_argument("--head", choices=[h.name for h in HEADS.values()], default="pretraining",
+                   help="which model class (default: pretraining)")
     p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
     p.add_argument("--embedding-size", type=int, help="override E")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed")
@@ -32,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    import albertlm
     from albertlm import AlbertConfig
+    from albertlm.heads import head_named
 
     overrides = {}
     if args.sharing:
@@ -42,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["embedding_size"] = args.embedding_size
     config = AlbertConfig.from_preset(args.preset, **overrides)
     torch.manual_seed(args.seed)
-    model = getattr(albertlm, HEADS[args.head])(config)
+    model = head_named(args.head).cls(config)
     out = model.save_pretrained(args.out)
     print(f"wrote {type(model).__name__} ({model.num_parameters():,} parameters) to {out}")
     return 0

@@ -1,19 +1,25 @@
 """Fine-tuning tasks: readers for GLUE / CLUE / SQuAD / CMRC / RACE / CoNLL files, metrics, span QA
-post-processing, and the registry that ties a task name to its reader, head, metric and defaults."""
+post-processing, the task kinds (how each kind encodes, decodes and scores) and the registry that ties a
+task name to its kind, reader, metric and defaults."""
 
 from albertlm.tasks.examples import ChoiceExample, DataError, QAExample, RowPolicy, TaggingExample, TextExample
-from albertlm.tasks.registry import KINDS, TASKS, Task, get_task, read_split
+from albertlm.tasks.kinds import KINDS, InferenceSettings, TaskKind, get_kind, kind_of
+from albertlm.tasks.registry import TASKS, Task, get_task, read_split
 
 __all__ = [
     "KINDS",
     "TASKS",
+    "InferenceSettings",
     "ChoiceExample",
     "DataError",
     "QAExample",
     "RowPolicy",
     "TaggingExample",
     "Task",
+    "TaskKind",
     "TextExample",
+    "get_kind",
     "get_task",
+    "kind_of",
     "read_split",
 ]

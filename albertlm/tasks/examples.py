@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-class DataError(ValueError):
-    """A malformed input file; the message names the file and line (the CLI prints it as one line)."""
+from albertlm.errors import DataError
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Examples -> model inputs: label ids, token ids per task kind, length-bucketed batches, dynamic padding.
+"""Examples -> model inputs: token ids per input shape (text, words, options), length-bucketed batches,
+dynamic padding. Which encoder a task uses is its kind's choice (``albertlm.tasks.kinds``).
 
 A feature is a plain dict of Python lists (``input_ids``, ``token_type_ids``, the label fields); padding
 happens per batch in ``collate`` so a batch of short SST-2 sentences is as wide as its longest member.
@@ -10,81 +11,21 @@ import random
 
 import torch
 
-from albertlm.tasks import squad
 from albertlm.tasks.choice import option_text
 from albertlm.tasks.examples import ChoiceExample, DataError, TaggingExample, TextExample
-from albertlm.tasks.registry import Task
 from albertlm.tokenizer import Tokenizer, truncate_pair
 
 IGNORE = -100
 
 
-def label_set(task: Task, train_examples: list) -> list[str]:
-    """The task's fixed labels, else the sorted labels seen in training ("O" first for tagging)."""
-    if task.labels is not None:
-        return list(task.labels)
-    if task.kind == "tagging":
-        tags = sorted({t for ex in train_examples for t in ex.tags or []} - {"O"})
-        return ["O", *tags]
-    found = {task.aliases.get(ex.label, ex.label) for ex in train_examples if ex.label is not None}
-    if not found:
-        raise DataError(f"task {task.name}: the training file has no labels")
-    return sorted(found)
-
-
-def _label_id(task: Task, label2id: dict[str, int], ex: TextExample) -> int | float:
-    if task.kind == "regression":
-        try:
-            return float(ex.label)
-        except (TypeError, ValueError):
-            msg = f"{ex.source}: label {ex.label!r} is not a number (task {task.name} is regression)"
-            raise DataError(msg) from None
-    name = task.aliases.get(ex.label, ex.label)
-    if name not in label2id:
-        raise DataError(f"{ex.source}: unknown label {ex.label!r}; task {task.name} has labels {sorted(label2id)}")
-    return label2id[name]
-
-
-def encode(
-    task: Task,
-    examples: list,
-    tokenizer: Tokenizer,
-    label2id: dict[str, int],
-    max_seq_length: int,
-    training: bool = False,
-    doc_stride: int = 128,
-    max_query_length: int = 64,
-) -> tuple[list[dict], list | None]:
-    """Features for the model, plus (QA only) the window records needed to map logits back to text.
-    Unlabeled examples get no label field (prediction)."""
-    if task.kind in ("classification", "regression"):
-        return _encode_text(task, examples, tokenizer, label2id, max_seq_length), None
-    if task.kind == "tagging":
-        return _encode_tagging(examples, tokenizer, label2id, max_seq_length), None
-    if task.kind == "choice":
-        return _encode_choice(examples, tokenizer, max_seq_length), None
-    qa, dropped = squad.make_features(examples, tokenizer, max_seq_length, doc_stride, max_query_length, training)
-    feats = []
-    for f in qa:
-        d = {"input_ids": f.input_ids, "token_type_ids": f.token_type_ids}
-        if task.kind == "qa_v2":
-            d["p_mask"] = f.p_mask
-        if training:
-            d["start_positions"], d["end_positions"] = f.start_position, f.end_position
-            if task.kind == "qa_v2":
-                d["is_impossible"] = float(f.is_impossible)
-        feats.append(d)
-    if training and not feats:
-        raise DataError(f"task {task.name}: no training windows ({dropped} answers not found in their context)")
-    return feats, qa
-
-
-def _encode_text(task: Task, examples: list[TextExample], tok: Tokenizer, label2id: dict, max_len: int) -> list:
+def encode_text(examples: list[TextExample], gold: list, tok: Tokenizer, max_len: int) -> list:
+    """``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` (the pair truncated longest-first); ``gold`` holds
+    each example's label id (None: unlabeled)."""
     firsts = tok.encode_batch([ex.text_a for ex in examples])
     has_b = any(ex.text_b is not None for ex in examples)
     seconds = tok.encode_batch([ex.text_b or "" for ex in examples]) if has_b else None
     feats = []
-    for i, ex in enumerate(examples):
+    for i in range(len(examples)):
         if seconds is not None:
             a, b = truncate_pair(firsts[i], seconds[i], max_len - 3)
             ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
@@ -93,13 +34,13 @@ def _encode_text(task: Task, examples: list[TextExample], tok: Tokenizer, label2
             ids = [tok.cls_id, *firsts[i][: max_len - 2], tok.sep_id]
             types = [0] * len(ids)
         d = {"input_ids": ids, "token_type_ids": types}
-        if ex.label is not None:
-            d["labels"] = _label_id(task, label2id, ex)
+        if gold[i] is not None:
+            d["labels"] = gold[i]
         feats.append(d)
     return feats
 
 
-def _encode_tagging(examples: list[TaggingExample], tok: Tokenizer, label2id: dict, max_len: int) -> list:
+def encode_tagging(examples: list[TaggingExample], tok: Tokenizer, label2id: dict, max_len: int) -> list:
     """The first sub-token of each word carries the word's tag; other sub-tokens are ignored (-100).
     ``word_index`` maps those first sub-tokens back to words (words cut off by max_len are not scored
     by the model; evaluation predicts "O" for them)."""
@@ -128,7 +69,7 @@ def _encode_tagging(examples: list[TaggingExample], tok: Tokenizer, label2id: di
     return feats
 
 
-def _encode_choice(examples: list[ChoiceExample], tok: Tokenizer, max_len: int) -> list:
+def encode_choice(examples: list[ChoiceExample], tok: Tokenizer, max_len: int) -> list:
     feats = []
     n_opts = len(examples[0].options) if examples else 0
     for ex in examples:

@@ -16,17 +16,16 @@ from albertlm.tasks import choice, metrics, squad, tagging
 from albertlm.tasks.examples import DataError, RowPolicy, read_lines
 from albertlm.tasks.text_readers import Columns, read_cluewsc, read_jsonl, read_parallel, read_tsv
 
-KINDS = ("classification", "regression", "tagging", "qa", "qa_v2", "choice")
 SPLITS = ("train", "dev", "test")
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
-    kind: str  # one of KINDS: picks the head, the features and the evaluation
+    kind: str  # a key of albertlm.tasks.kinds.KINDS: the head, the features, decoding and scoring
     files: dict[str, tuple[str, ...]]  # split -> candidate paths inside --data, first existing wins
     reader: Callable[[Path, RowPolicy], list]
-    metric: Callable | None = None  # classification / tagging: (preds, labels) -> dict
+    metric: Callable | None = None  # (predictions, gold[, null scores]) -> {name: value}, as the kind calls it
     main_metric: str = "accuracy"  # the number the best checkpoint is chosen by
     labels: tuple[str, ...] | None = None  # fixed label set in id order; None = sorted labels of train
     aliases: dict[str, str] = field(default_factory=dict)  # other spellings of a label in some releases
@@ -174,22 +173,24 @@ _TASKS: list[Task] = [
          description="(Few)CLUE WSC coreference, spans marked in the text", **CLUE),
     # --- span QA ---
     Task("squad", "qa", {"train": ("train-v1.1.json",), "dev": ("dev-v1.1.json",)}, squad.read_squad,
-         main_metric="f1", lr=5e-5, batch_size=48, steps=3649, warmup=365, max_seq_length=384,
+         metrics.squad_v1, main_metric="f1", lr=5e-5, batch_size=48, steps=3649, warmup=365, max_seq_length=384,
          description="SQuAD v1.1 (EM/F1)"),
     Task("squad2", "qa_v2", {"train": ("train-v2.0.json",), "dev": ("dev-v2.0.json",)}, squad.read_squad,
-         main_metric="best_f1", lr=3e-5, batch_size=48, steps=8144, warmup=814, max_seq_length=384,
+         metrics.squad_v2, main_metric="best_f1", lr=3e-5, batch_size=48, steps=8144, warmup=814, max_seq_length=384,
          description="SQuAD v2.0 with the answerability head (best-threshold F1)"),
     Task("cmrc2018", "qa",
          {"train": ("cmrc2018_train.json", "squad-style-data/cmrc2018_train.json",
                     "squad-style-data/cmrc2018_trial.json"),
           "dev": ("cmrc2018_dev.json", "squad-style-data/cmrc2018_dev.json"),
           "test": ("squad-style-data/cmrc2018_trial.json",)},
-         squad.read_squad, main_metric="f1", lr=3e-5, batch_size=32, epochs=2.0, max_seq_length=512,
+         squad.read_squad, metrics.cmrc2018, main_metric="f1", lr=3e-5, batch_size=32, epochs=2.0,
+         max_seq_length=512,
          description="CMRC 2018 Chinese span QA (official char-level EM/F1)"),
     # --- multiple choice ---
     Task("race", "choice", {"train": ("train",), "dev": ("dev",), "test": ("test",)}, choice.read_race,
-         lr=2e-5, batch_size=32, steps=12000, warmup=1000, description="RACE reading comprehension"),
-    Task("chid", "choice", _few("chid"), choice.read_chid, description="FewCLUE CHID idiom cloze", **CLUE),
+         metrics.accuracy, lr=2e-5, batch_size=32, steps=12000, warmup=1000, description="RACE reading comprehension"),
+    Task("chid", "choice", _few("chid"), choice.read_chid, metrics.accuracy, description="FewCLUE CHID idiom cloze",
+         **CLUE),
     # --- tagging ---
     Task("conll-ner", "tagging", {"train": ("train.txt",), "dev": ("dev.txt", "valid.txt"), "test": ("test.txt",)},
          _tagging_reader, metrics.entity_f1, main_metric="f1", lr=5e-5, epochs=3.0, max_seq_length=128,

@@ -14,6 +14,7 @@ import json
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -215,6 +216,23 @@ def _is_max_context(windows: list[tuple[int, int]], cur: int, pos: int) -> bool:
 
 
 # --- logits -> answers ------------------------------------------------------------------------------
+class Answer(NamedTuple):
+    """A decoded span: its text and ``[start, end)`` character offsets in the context (None when no span
+    qualifies, and then ``text`` is ""), with the span's score (start + end logit, or log-probability)."""
+
+    text: str
+    start: int | None
+    end: int | None
+    score: float
+
+
+NO_SPAN = Answer("", None, None, 0.0)
+
+
+def _answer(ex: QAExample, f: QAFeature, s: int, e: int, score: float) -> Answer:
+    a, b = f.token_spans[s][0], f.token_spans[e][1]
+    return Answer(ex.context[a:b], a, b, score)
+
 def _valid(f: QAFeature, s: int, e: int, max_answer_length: int) -> bool:
     n = len(f.input_ids)
     return (
@@ -230,9 +248,9 @@ def best_spans_v1(
     end_logits: list[np.ndarray],
     n_best: int = 20,
     max_answer_length: int = 30,
-) -> dict[str, str]:
+) -> dict[str, Answer]:
     """SQuAD 1.1 head: the highest start+end logit span over all windows of each question."""
-    best: dict[int, tuple[float, str]] = {}
+    best: dict[int, Answer] = {}
     for f, sl, el in zip(features, start_logits, end_logits, strict=True):
         ex = examples[f.example_index]
         n = len(f.input_ids)
@@ -242,9 +260,9 @@ def best_spans_v1(
                 if not _valid(f, int(s), int(e), max_answer_length):
                     continue
                 score = float(sl[s] + el[e])
-                if f.example_index not in best or score > best[f.example_index][0]:
-                    best[f.example_index] = (score, ex.context[f.token_spans[s][0] : f.token_spans[e][1]])
-    return {ex.qid: best.get(i, (0.0, ""))[1] for i, ex in enumerate(examples)}
+                if f.example_index not in best or score > best[f.example_index].score:
+                    best[f.example_index] = _answer(ex, f, int(s), int(e), score)
+    return {ex.qid: best.get(i, NO_SPAN) for i, ex in enumerate(examples)}
 
 
 def best_spans_v2(
@@ -256,10 +274,10 @@ def best_spans_v2(
     end_top_index: np.ndarray,
     cls_logits: np.ndarray,
     max_answer_length: int = 30,
-) -> tuple[dict[str, str], dict[str, float]]:
+) -> tuple[dict[str, Answer], dict[str, float]]:
     """SQuAD 2.0 head: best beam span per question, and its null score (the smallest answerability logit
     over the question's windows, as the original's ``score_null``)."""
-    best: dict[int, tuple[float, str]] = {}
+    best: dict[int, Answer] = {}
     null: dict[int, float] = {}
     for fi, f in enumerate(features):
         ex = examples[f.example_index]
@@ -272,7 +290,7 @@ def best_spans_v2(
                 if not _valid(f, s, e, max_answer_length):
                     continue
                 score = float(start_top_log_probs[fi, i] + end_top_log_probs[fi, i, j])
-                if f.example_index not in best or score > best[f.example_index][0]:
-                    best[f.example_index] = (score, ex.context[f.token_spans[s][0] : f.token_spans[e][1]])
-    preds = {ex.qid: best.get(i, (0.0, ""))[1] for i, ex in enumerate(examples)}
+                if f.example_index not in best or score > best[f.example_index].score:
+                    best[f.example_index] = _answer(ex, f, s, e, score)
+    preds = {ex.qid: best.get(i, NO_SPAN) for i, ex in enumerate(examples)}
     return preds, {ex.qid: null.get(i, 0.0) for i, ex in enumerate(examples)}

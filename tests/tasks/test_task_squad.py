@@ -66,4 +66,4 @@ def test_window_layout_and_decoding(data, en_tok_dir):
     end = [np.zeros(len(f.input_ids)) for f in feats]
     i = feats.index(gold)
     start[i][gold.start_position] = end[i][gold.end_position] = 10.0
-    assert best_spans_v1([ex], feats, start, end)[ex.qid] == ex.answers[0]
+    assert best_spans_v1([ex], feats, start, end)[ex.qid].text == ex.answers[0]

@@ -1,0 +1,73 @@
+"""Command-line flags derived from the library's own dataclasses, so a flag's name, type, default and help
+can never drift from the setting it sets.
+
+A field ``eval_batch_size: int = 64`` with ``metadata={"help": ...}`` becomes ``--eval-batch-size N``
+(help "... (default: 64)"); a bool becomes ``--x / --no-x``. Every derived flag parses to None when it is
+not given, so ``values`` returns only what the user typed and the dataclass default (or a base object such
+as the demo's settings) applies to the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+
+def _scalar(hint: Any) -> Any:
+    """int | None -> int; anything but one scalar type -> None (not a flag)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else None
+    return hint if hint in (int, float, str, bool) else None
+
+
+def flag_fields(cls: type, skip: tuple[str, ...] = ()) -> list[tuple[dataclasses.Field, Any]]:
+    """(field, scalar type) for every field of ``cls`` that becomes a flag: scalars with a help text."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kind = _scalar(hints[f.name])
+        if f.name not in skip and kind is not None and "help" in f.metadata:
+            out.append((f, kind))
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
+              aliases: dict[str, tuple[str, ...]] | None = None, defaults: Any = None) -> None:  # fmt: skip
+    """One flag per field of ``cls``; ``aliases`` maps a field to extra (old) flag names; ``defaults``
+    (an instance) overrides the defaults shown in help, e.g. the demo's."""
+    for f, kind in flag_fields(cls, skip):
+        default = getattr(defaults, f.name) if defaults is not None else _default(f)
+        help_text = f.metadata["help"]
+        if default is not None and "default" not in help_text:
+            help_text += f" (default: {default})"
+        names = ["--" + f.name.replace("_", "-"), *(aliases or {}).get(f.name, ())]
+        kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if "choices" in f.metadata:
+            kw["choices"] = f.metadata["choices"]
+        if kind is bool:
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
+        else:
+            parser.add_argument(*names, type=kind, metavar=f.metadata.get("metavar"), **kw)
+
+
+def values(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of ``cls`` the user set on the command line."""
+    return {f.name: getattr(args, f.name) for f, _ in flag_fields(cls, skip) if getattr(args, f.name, None) is not None}
+
+
+def build(args: argparse.Namespace, cls: type, base: Any = None, skip: tuple[str, ...] = (), **fixed: Any) -> Any:
+    """An instance of ``cls``: ``base`` (or the defaults) with the flags the user set, and ``fixed``."""
+    given = {**values(args, cls, skip), **fixed}
+    return dataclasses.replace(base, **given) if base is not None else cls(**given)

@@ -1,0 +1,77 @@
+"""The errors a user can fix: one hierarchy, so the CLI (and the server) know exactly what to report.
+
+Every class here means "the input is wrong, not the code": the CLI prints the message as one line and
+exits 2; anything else is a bug and keeps its traceback. Messages name the file, line or flag at fault
+and say how to fix it. The ``ValueError`` / ``RuntimeError`` bases keep ``except ValueError`` callers
+working.
+
+    AlbertlmError
+    ├── UserError            a bad flag, setting or argument
+    │   └── ConfigError      an invalid model configuration (config.json, --set)
+    ├── DataError            a malformed input file (names file:line)
+    ├── CheckpointError      weights that do not fit the model, or a damaged checkpoint
+    │   └── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    ├── TrainingError        a run that cannot go on (diverged, inconsistent resume)
+    ├── MissingDependency    an optional extra is not installed (says which)
+    └── RequestError         a bad HTTP request to the server (status + code)
+"""
+
+from __future__ import annotations
+
+
+class AlbertlmError(Exception):
+    """Base class: a problem with the user's input, reported as one clear line."""
+
+
+class UserError(AlbertlmError, ValueError):
+    """A bad command-line flag, setting or argument."""
+
+
+class ConfigError(UserError):
+    """An invalid model configuration."""
+
+
+class DataError(AlbertlmError, ValueError):
+    """A malformed input file; the message names the file and line."""
+
+
+class CheckpointError(AlbertlmError, ValueError):
+    """A checkpoint that does not fit the model: names the offending keys or shapes."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A checkpoint whose files are missing or fail their checksums."""
+
+
+class TrainingError(AlbertlmError, RuntimeError):
+    """The run cannot go on (bad settings, too many non-finite losses)."""
+
+
+class MissingDependency(AlbertlmError, ImportError):
+    """An optional dependency is missing; the message gives the install command."""
+
+
+class RequestError(AlbertlmError):
+    """A bad request to the inference server: answered with ``status`` and a JSON error body."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# Operating-system errors about paths the user named (missing, a file where a folder should be, no
+# permission) are user errors too; the CLI reports them the same way.
+USER_OS_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+__all__ = [
+    "USER_OS_ERRORS",
+    "AlbertlmError",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "MissingDependency",
+    "RequestError",
+    "TrainingError",
+    "UserError",
+]

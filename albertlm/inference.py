@@ -1,0 +1,300 @@
+"""One path from a model to an answer: engines and the ``Predictor`` used by evaluate, predict, serve,
+fine-tuning's evaluation and the benchmarks.
+
+    p = Predictor.load("runs/sst2")                                  # PyTorch, an HF-layout model dir
+    p = Predictor.load("runs/sst2-onnx", engine="onnx", threads=2)   # an `albertlm export` dir
+    p.predict([p.parse({"text": "a gripping film"})])   # [{"label": "positive", "score": ..., ...}]
+    p.evaluate(examples)                                # (metrics, answers)
+
+An engine maps a batch of int64 arrays (``input_ids``, ``attention_mask``, ``token_type_ids``, and
+``p_mask`` for the SQuAD 2.0 head) to the head's named outputs as numpy arrays; ``TorchEngine`` runs the
+PyTorch model, ``OnnxEngine`` an exported graph through onnxruntime. Everything else (encoding with QA
+windows and word alignment, length-bucketed batching, decoding, scoring, the rows users see) is the
+same code for both, taken from the model's task kind (``albertlm.tasks.kinds``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from albertlm.config import AlbertConfig
+from albertlm.errors import DataError, MissingDependency, UserError
+from albertlm.heads import HEADS, Head
+from albertlm.tasks import features as F
+from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
+from albertlm.tasks.registry import Task, get_task
+from albertlm.tokenizer import Tokenizer, load_tokenizer
+
+DEPLOY_HINT = "pip install 'albertlm[deploy]'"
+TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
+MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
+ENGINES = ("torch", "onnx")
+
+
+def require(module: str) -> Any:
+    """Import a deploy-extra dependency, or fail with the install command."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(f"{module} is needed for ONNX export and serving: {DEPLOY_HINT}") from None
+
+
+def architecture_of(model_dir: str | Path) -> str:
+    """The model class named by ``config.json``'s ``architectures`` (AlbertModel when absent)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; give a model directory (config.json + weights)")
+    try:
+        arch = (json.loads(path.read_text()).get("architectures") or ["AlbertModel"])[0]
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise DataError(f"{path}: not a valid config.json ({e}); re-save the model") from None
+    if arch not in HEADS:
+        raise DataError(f"{path}: architecture {arch!r} is not an albertlm head; known: {', '.join(HEADS)}")
+    return arch
+
+
+def load_torch_model(model_dir: str | Path) -> nn.Module:
+    """The albertlm class named in config.json, loaded in eval mode."""
+    return HEADS[architecture_of(model_dir)].cls.from_pretrained(model_dir).eval()
+
+
+# --------------------------------------------------------------------------- engines
+class TorchEngine:
+    """A PyTorch model (in memory, or loaded from a directory) behind the engine call."""
+
+    name = "torch"
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.config = model.config
+        self.head: Head = HEADS[type(model).__name__]
+        self.architecture = self.head.architecture
+
+    @classmethod
+    def load(cls, directory: str | Path, threads: int | None = None) -> TorchEngine:
+        if threads:
+            torch.set_num_threads(threads)
+        if not (Path(directory) / "config.json").is_file() and (Path(directory) / MANIFEST_FILE).is_file():
+            raise UserError(f"{directory} is an `albertlm export` folder (deploy.json); use --engine onnx")
+        return cls(load_torch_model(directory))
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        was_training = self.model.training
+        self.model.eval()
+        inputs = {k: torch.as_tensor(v, dtype=torch.long) for k, v in batch.items() if k in self.head.inputs}
+        try:
+            with torch.inference_mode():
+                out = self.model(**inputs)
+        finally:
+            self.model.train(was_training)
+        result = {}
+        for name in self.head.outputs:
+            v = getattr(out, name)
+            result[name] = v.float().numpy() if v.is_floating_point() else v.numpy()
+        return result
+
+
+class OnnxSession:
+    """One onnxruntime CPU session over a graph file: ``{input name: array} -> {output name: array}``."""
+
+    def __init__(self, path: str | Path, threads: int | None = None, spin: bool = False):
+        ort = require("onnxruntime")
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist; export again: albertlm export --model DIR --out DIR")
+        opts = ort.SessionOptions()
+        # intra-op threads do the matmuls; one inter-op thread, since the graph is a single chain
+        opts.intra_op_num_threads = threads or 0
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle workers spin by default; on shared cores that steals time from the busy ones (measured on
+        # 2 shared cores: int8 batch 8 took 2.2 s spinning, 1.0 s without). spin=True for dedicated cores.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        self.path = path
+        try:
+            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own Fail / InvalidProtobuf / RuntimeException types
+            raise DataError(f"{path}: onnxruntime cannot load this graph ({str(e).splitlines()[0][:200]}); "
+                            "export it again") from None  # fmt: skip
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        ids = np.asarray(batch["input_ids"], dtype=np.int64)
+        defaults = {"attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        feeds = {}
+        for name in self.input_names:
+            value = batch.get(name)
+            value = defaults[name] if value is None and name in defaults else value
+            if isinstance(value, torch.Tensor):
+                value = value.detach().cpu().numpy()
+            feeds[name] = np.asarray(value, dtype=np.int64)
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
+
+
+class OnnxEngine(OnnxSession):
+    """An exported directory (``albertlm export``): the graph's session plus its config and manifest.
+
+    ``quantized=None`` picks the int8 graph when the directory has one (that is why it was exported).
+    """
+
+    name = "onnx"
+
+    def __init__(self, directory: str | Path, threads: int | None = None, quantized: bool | None = None):
+        directory = Path(directory)
+        manifest_path = directory / MANIFEST_FILE
+        if not manifest_path.is_file():
+            hint = "it is a model directory: use --engine torch, or export first: albertlm export --model DIR --out DIR"
+            if not (directory / "config.json").is_file():
+                hint = "export first: albertlm export --model DIR --out DIR"
+            raise FileNotFoundError(f"{manifest_path} not found; {hint}")
+        try:
+            self.manifest = json.loads(manifest_path.read_text())
+            files = self.manifest["files"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
+        if quantized and "int8" not in files:
+            raise FileNotFoundError(f"{directory} has no int8 graph; export with --quantize int8")
+        use_int8 = "int8" in files if quantized is None else quantized
+        super().__init__(directory / files["int8" if use_int8 else "fp32"], threads)
+        self.directory = directory
+        self.precision = "int8" if use_int8 else "fp32"
+        self.architecture = self.manifest["architecture"]
+        self.head = HEADS[self.architecture]
+        self.config = AlbertConfig.load(directory)
+
+
+def load_engine(directory: str | Path, engine: str = "torch", threads: int | None = None,
+                quantized: bool | None = None) -> TorchEngine | OnnxEngine:  # fmt: skip
+    """``engine="torch"`` reads an HF-layout model dir; ``engine="onnx"`` an exported dir."""
+    if engine == "onnx":
+        return OnnxEngine(directory, threads, quantized)
+    if engine == "torch":
+        return TorchEngine.load(directory, threads)
+    raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+
+
+# --------------------------------------------------------------------------- text in, answers out
+class Predictor:
+    """Examples in -> answers out, on either engine, in length-bucketed batches (results keep the input
+    order). The task kind decides the encoding (QA contexts longer than one window are cut with
+    doc-stride, tagging is per word), the decoding and the rows.
+
+    ``task`` is the registered task the model was fine-tuned on (its metric is used by ``evaluate``); a
+    model without one is served by the kind its head implies.
+    """
+
+    def __init__(self, engine: TorchEngine | OnnxEngine, tokenizer: Tokenizer, kind: TaskKind,
+                 task: Task | None = None, settings: InferenceSettings | None = None,
+                 info: dict | None = None):  # fmt: skip
+        self.engine, self.tokenizer, self.kind, self.task = engine, tokenizer, kind, task
+        self.config = engine.config
+        self.info = dict(info or {})
+        s = settings or InferenceSettings()
+        limit = self.config.max_position_embeddings
+        length = s.max_seq_length or self.info.get("max_seq_length") or (task.max_seq_length if task else limit)
+        self.settings = replace(s, max_seq_length=min(int(length), limit))
+        if self.settings.eval_batch_size < 1:
+            raise UserError(f"--eval-batch-size must be >= 1, got {self.settings.eval_batch_size}")
+        if kind.uses_label_names and not self.config.id2label:
+            raise DataError("config.json has no id2label; was this model fine-tuned for a labelled task?")
+        if self.config.vocab_size < tokenizer.vocab_size:
+            raise DataError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+                            f"{self.config.vocab_size}; use the tokenizer the model was trained with")  # fmt: skip
+
+    @classmethod
+    def load(cls, directory: str | Path, engine: str = "torch", threads: int | None = None,
+             quantized: bool | None = None, tokenizer: str | Path | None = None, task: str | None = None,
+             overrides: dict[str, Any] | None = None) -> Predictor:  # fmt: skip
+        """A model directory (torch) or an exported one (onnx). ``InferenceSettings`` saved at fine-tuning
+        time (``max_seq_length``, the QA windows) apply unless ``overrides`` sets them."""
+        runner = load_engine(directory, engine, threads, quantized)
+        info = dict(runner.config.extra.get(TASK_KEY) or {})
+        name = task or info.get("name")
+        task_obj = get_task(name) if name else None
+        kind = kind_of(task_obj) if task_obj else kind_for_architecture(runner.architecture, runner.config)
+        if kind.architecture != runner.architecture:
+            raise DataError(f"{directory} holds a {runner.architecture}, but task {task_obj.name} needs a "
+                            f"{kind.architecture}; fine-tune for that task first")  # fmt: skip
+        try:
+            tok = load_tokenizer(tokenizer or directory)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{tokenizer or directory} holds no tokenizer (spiece.model / vocab.txt); pass --tokenizer DIR, or "
+                "export with `albertlm export --tokenizer DIR`"
+            ) from None
+        saved = {f.name: info[f.name] for f in fields(InferenceSettings) if info.get(f.name) is not None}
+        return cls(runner, tok, kind, task_obj, InferenceSettings(**{**saved, **(overrides or {})}), info)
+
+    @classmethod
+    def from_model(cls, model: nn.Module, tokenizer: Tokenizer, task: Task,
+                   settings: InferenceSettings | None = None) -> Predictor:  # fmt: skip
+        """An in-memory PyTorch model (fine-tuning's evaluation)."""
+        return cls(TorchEngine(model), tokenizer, kind_of(task), task, settings)
+
+    # ------------------------------------------------------------------ the one path
+    @property
+    def labels(self) -> list[str] | None:
+        if not self.kind.uses_label_names:
+            return None
+        return [str(self.config.id2label.get(i, f"LABEL_{i}")) for i in range(self.config.num_labels)]
+
+    def parse(self, obj: Any, where: str = "input") -> Any:
+        """A user's input (JSON object or plain string) -> an example of this model's kind."""
+        return self.kind.parse(obj, where)
+
+    def answers(self, examples: list) -> list[dict]:
+        enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
+        return self.kind.decode(examples, enc, self.forward(enc.features), self.settings, self.config, self.info)
+
+    def forward(self, feats: list[dict]) -> dict[str, list]:
+        """Raw head outputs per feature, in feature order (rows trimmed of nothing: padding stays)."""
+        out: dict[str, list] = {}
+        order: list[int] = []
+        for idx in F.batches(feats, self.settings.eval_batch_size, None, self.settings.bucketing):
+            batch = F.collate([feats[i] for i in idx], self.tokenizer.pad_id)
+            result = self.engine({k: v.numpy() for k, v in batch.items()})
+            order.extend(idx)
+            for name, value in result.items():
+                out.setdefault(name, []).extend(value)
+        inverse = np.argsort(order)
+        return {k: [v[i] for i in inverse] for k, v in out.items()}
+
+    def predict(self, examples: list) -> list[dict[str, Any]]:
+        """One row per example: what ``albertlm predict`` prints and the server returns."""
+        return [self.kind.row(ex, a, self.config) for ex, a in zip(examples, self.answers(examples), strict=True)]
+
+    def evaluate(self, examples: list) -> tuple[dict[str, float], list[dict]]:
+        """The task's metrics on labelled examples, and the answers they were computed from."""
+        if self.task is None:
+            raise UserError("this model records no task; pass --task to evaluate it")
+        self.kind.check_gold(examples)
+        answers = self.answers(examples)
+        result = self.kind.score(self.task, examples, answers, self.config)
+        result["examples"] = float(len(examples))
+        return result, answers
+
+    # ------------------------------------------------------------------ conveniences
+    def classify(self, texts: list[str], pairs: list[str] | None = None) -> list[dict[str, Any]]:
+        pairs = pairs or [None] * len(texts)
+        return self.predict([self.parse({"text": a, "text_b": b}, f"input {i}")
+                             for i, (a, b) in enumerate(zip(texts, pairs, strict=True))])  # fmt: skip
+
+    def tag(self, texts: list[str]) -> list[dict[str, Any]]:
+        return self.predict([self.parse({"text": t}, f"input {i}") for i, t in enumerate(texts)])
+
+    def answer(self, questions: list[str], contexts: list[str]) -> list[dict[str, Any]]:
+        return self.predict([self.parse({"id": str(i), "question": q, "context": c}, f"input {i}")
+                             for i, (q, c) in enumerate(zip(questions, contexts, strict=True))])  # fmt: skip
+
+
+__all__ = ["OnnxEngine", "OnnxSession", "Predictor", "TorchEngine", "load_engine", "load_torch_model", "require"]
