@@ -14,12 +14,15 @@ with ``--variants`` and gathered with ``--report-only``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from albertlm.errors import UserError
+
+_log = logging.getLogger(__name__)
 
 # The small model every study varies (CPU-feasible); V comes from the tokenizer.
 BASE = dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024, embedding_size=128, num_hidden_layers=4)
@@ -50,7 +53,7 @@ def study_variants(study: str, hidden_size: int = BASE["hidden_size"]) -> list[V
     if study == "width":  # Table 12
         return [Variant(f"H{h}", {"hidden_size": h, "intermediate_size": 4 * h, "num_attention_heads": h // 64})
                 for h in (128, 256, 512)]
-    raise ValueError(f"unknown --study {study!r}; choose embedding, sharing, objective, depth or width")
+    raise UserError(f"unknown --study {study!r}; choose embedding, sharing, objective, depth or width")
 
 
 STUDIES = ("embedding", "sharing", "objective", "depth", "width")
@@ -87,7 +90,7 @@ def _lang(corpus: Path) -> str:
     return "zh" if cjk > len(text) * 0.2 else "en"
 
 
-def prepare_data(s: StudySettings, tasks: set[str], log=print) -> dict[str, Path]:
+def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, Path]:
     """Tokenizer and shards for the study (train per objective, held-out for SOP and NSP); reused."""
     from albertlm.data import build_dataset, load_manifest
     from albertlm.pretraining_data import InstanceConfig
@@ -132,23 +135,21 @@ def intrinsic(model_dir: Path, shards: Path, s: StudySettings) -> dict[str, floa
 
 
 def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[str, float]:
-    task, folder = DOWNSTREAM[lang]
-    task = s.finetune_task or task
+    from albertlm.finetune import Settings, load_data, resolve_tokenizer, train
+    from albertlm.tasks import InferenceSettings, get_task
+
+    task_name, folder = DOWNSTREAM[lang]
+    task = get_task(s.finetune_task or task_name)
     data = s.finetune_data or str(Path(s.corpus).resolve().parents[1] / "data" / folder)
-    cmd = [sys.executable, "-m", "albertlm", "finetune", "--task", task, "--data", data, "--model", str(model_dir),
-           "--out", str(out), "--max-steps", str(s.finetune_steps), "--limit-train", str(s.finetune_limit_train),
-           "--batch-size", "32", "--lr", str(s.finetune_lr), "--max-seq-length", str(s.max_seq_length),
-           "--seed", str(s.seed), "--quiet"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"fine-tuning failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
-    metrics = json.loads((out / "metrics.json").read_text())
-    scores = metrics.get("metrics", metrics)  # the dev-set scores of the fine-tuned model
-    return {f"{task} {k}": v for k, v in scores.items()
-            if isinstance(v, float) and not k.endswith(("loss", "examples", "seconds"))}
+    settings = Settings(lr=s.finetune_lr, batch_size=32, max_steps=s.finetune_steps, seed=s.seed, progress=False,
+                        inference=InferenceSettings(max_seq_length=s.max_seq_length))  # fmt: skip
+    final = train(task, load_data(task, data, limit_train=s.finetune_limit_train), str(model_dir),
+                  resolve_tokenizer(str(model_dir), None), out, settings)  # fmt: skip
+    return {f"{task.name} {k}": v for k, v in final["metrics"].items()  # the dev-set scores
+            if isinstance(v, float) and not k.endswith(("loss", "examples", "seconds"))}  # fmt: skip
 
 
-def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=print) -> dict[str, Any]:
+def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.info) -> dict[str, Any]:
     from albertlm.params import count_parameters
     from albertlm.train import PretrainConfig, pretrain
 
@@ -228,12 +229,12 @@ def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, Path,
     return out / "study.json", out / "study.md", out / "study.png"
 
 
-def run_study(s: StudySettings, report_only: bool = False, log=print) -> tuple[list[dict[str, Any]], tuple]:
+def run_study(s: StudySettings, report_only: bool = False, log=_log.info) -> tuple[list[dict[str, Any]], tuple]:
     variants = study_variants(s.study, {**BASE, **s.model}["hidden_size"])
     if s.variants:
         unknown = set(s.variants) - {v.name for v in variants}
         if unknown:
-            raise ValueError(f"--variants: unknown {sorted(unknown)}; {s.study} has {[v.name for v in variants]}")
+            raise UserError(f"--variants: unknown {sorted(unknown)}; {s.study} has {[v.name for v in variants]}")
     Path(s.out).mkdir(parents=True, exist_ok=True)
     if not report_only:
         data = prepare_data(s, {v.task for v in variants}, log)
@@ -243,5 +244,5 @@ def run_study(s: StudySettings, report_only: bool = False, log=print) -> tuple[l
     results = [json.loads((Path(s.out) / v.name / "result.json").read_text()) for v in variants
                if (Path(s.out) / v.name / "result.json").exists()]
     if not results:
-        raise ValueError(f"{s.out}: no finished variants to report")
+        raise UserError(f"{s.out}: no finished variants to report")
     return results, report(s, results)

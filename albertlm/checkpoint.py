@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -26,6 +27,8 @@ import numpy as np
 import torch
 
 from albertlm.errors import CheckpointCorrupt
+
+_log = logging.getLogger(__name__)
 
 CHECKSUMS = "checksums.json"
 
@@ -127,7 +130,7 @@ def verify(path: Path) -> None:
             raise CheckpointCorrupt(f"{path / name}: checksum mismatch or missing")
 
 
-def latest_valid(root: Path, log=print) -> Path | None:
+def latest_valid(root: Path, log=_log.warning) -> Path | None:
     """The newest checkpoint that verifies; corrupt ones are reported and skipped, temp folders removed."""
     for tmp in root.glob(".step_*.tmp") if root.exists() else []:
         shutil.rmtree(tmp, ignore_errors=True)

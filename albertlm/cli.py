@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from albertlm.errors import USER_OS_ERRORS, AlbertlmError, UserError  # noqa: F401  (UserError: re-export)
@@ -26,6 +27,23 @@ COMMANDS = [
 
 
 
+class _Console(logging.Handler):
+    """The library logs; the CLI shows its INFO lines on stdout and warnings on stderr (the streams looked up
+    at each message, so redirections made after start-up are honoured)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
+        prefix = "warning: " if record.levelno == logging.WARNING else ""
+        print(prefix + self.format(record), file=stream, flush=True)
+
+
+def _show_library_logs() -> None:
+    logger = logging.getLogger("albertlm")
+    if not any(isinstance(h, _Console) for h in logger.handlers):
+        logger.addHandler(_Console())
+    logger.setLevel(logging.INFO)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export."
@@ -39,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _show_library_logs()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -46,6 +47,8 @@ from albertlm.pretraining_data import (
     plan_instances,
     resolve_inputs,
 )
+
+_log = logging.getLogger(__name__)
 
 FORMAT = "albertlm-pretraining-data"
 VERSION = 1
@@ -269,11 +272,11 @@ def build_dataset(
     for p in files:
         if p.stat().st_size == 0:
             skipped["empty_files"] += 1
-            print(f"warning: skipping empty file {p}")
+            _log.warning("skipping empty file %s", p)
             continue
         if looks_binary(p):
             skipped["binary_files"] += 1
-            print(f"warning: skipping binary file {p}")
+            _log.warning("skipping binary file %s", p)
             continue
         fmt = detect_format(p) if input_format == "auto" else input_format
         for s, e in chunk_boundaries(p, fmt, chunk_bytes):

@@ -12,10 +12,13 @@ interpreter it came with.
 from __future__ import annotations
 
 import ast
+import logging
 import re
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+
+_log = logging.getLogger(__name__)
 
 # Folders of the standard library whose text is code samples or test data rather than prose.
 SKIP_PARTS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "turtledemo", "tkinter",
@@ -68,7 +71,7 @@ def write_demo_corpus(out_dir: str | Path, heldout_every: int = 20) -> tuple[Pat
 
 
 def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: int = 128, seed: int = 0,
-                      log=print) -> tuple[Path, Path]:
+                      log=_log.info) -> tuple[Path, Path]:
     """corpus -> SentencePiece tokenizer -> dynamic shards (train and held-out); reused when present."""
     from albertlm.data import build_dataset, load_manifest
     from albertlm.pretraining_data import InstanceConfig

@@ -13,11 +13,14 @@ waiting on a dead peer exits with an error instead of hanging.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,9 +58,10 @@ def cleanup(info: DistInfo) -> None:
         dist.destroy_process_group()
 
 
-def print0(info: DistInfo, *args, **kwargs) -> None:
+def print0(info: DistInfo, message: str) -> None:
+    """Log ``message`` on rank 0 only (the CLI shows the ``albertlm`` logger's INFO lines)."""
     if info.is_main:
-        print(*args, **kwargs, flush=True)
+        _log.info(message)
 
 
 def all_reduce_sum(info: DistInfo, values: list[float]) -> list[float]:

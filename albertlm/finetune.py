@@ -14,6 +14,7 @@ under ``albertlm_task``) + the tokenizer files, so ``evaluate`` / ``predict`` ne
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -25,14 +26,17 @@ import numpy as np
 import torch
 
 from albertlm.config import PRESETS, AlbertConfig
-from albertlm.errors import DataError
+from albertlm.errors import DataError, UserError
 from albertlm.heads import HEADS
 from albertlm.inference import TASK_KEY, Predictor
 from albertlm.optim import build_optimizer, build_scheduler
 from albertlm.tasks import features as F
+from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
-from albertlm.tasks.registry import Task
+from albertlm.tasks.registry import Task, read_split
 from albertlm.tokenizer import Tokenizer, load_tokenizer
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -103,7 +107,7 @@ def save(model: Any, tokenizer: Tokenizer, out: Path, task: Task, s: Settings, *
     tokenizer.save(out)
 
 
-# --- training ---------------------------------------------------------------------------------------
+# --- data -------------------------------------------------------------------------------------------
 @dataclass
 class Data:
     train: list
@@ -113,6 +117,48 @@ class Data:
     labels: list[str] | None
 
 
+def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, train_file: Path | None = None,
+              eval_file: Path | None = None, holdout: int = 0, limit_train: int = 0, limit_eval: int = 0) -> Data:
+    """The training and evaluation examples of ``task`` under ``data`` (a dataset folder or a file).
+
+    Labels come from the whole training file (a ``limit_train`` slice may miss rare classes). With no dev
+    split the labelled test split is used (MRPC's MSR release), or the last ``holdout`` training examples."""
+    policy = policy or RowPolicy()
+    data = Path(data)
+    train_ex, train_path = read_split(task, data, "train", policy, train_file)
+    labels = kind_of(task).label_set(task, train_ex)
+    if limit_train:
+        train_ex = train_ex[:limit_train]
+    if holdout:
+        if holdout >= len(train_ex):
+            raise UserError(f"--holdout {holdout} leaves no training examples (have {len(train_ex)})")
+        eval_ex, eval_path = train_ex[-holdout:], f"{train_path} (last {holdout} examples)"
+        train_ex = train_ex[:-holdout]
+    elif eval_file is not None:
+        eval_ex, eval_path = read_split(task, data, "dev", policy, eval_file)
+    else:
+        eval_ex, eval_path = _dev_or_test(task, data, policy, train_path)
+    if limit_eval:
+        eval_ex = eval_ex[:limit_eval]
+    return Data(train_ex, eval_ex, str(train_path), str(eval_path), labels)
+
+
+def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) -> tuple[list, Path]:
+    try:
+        return read_split(task, data, "dev", policy)
+    except DataError as e:
+        if "no dev file" not in str(e):
+            raise
+    ex, path = read_split(task, data, "test", policy)  # e.g. MRPC's MSR release has no dev split
+    if path == train_path or (ex and getattr(ex[0], "label", 0) is None):
+        raise DataError(f"{data}: no labeled dev file for {task.name}; pass --eval-file or --holdout N") from None
+    _log.info("note: no dev split in %s; evaluating on %s", data, path)
+    return ex, path
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+
 def train(
     task: Task,
     data: Data,
@@ -120,7 +166,6 @@ def train(
     tok: Tokenizer,
     out: Path,
     s: Settings,
-    log=print,  # noqa: ANN001 - a print-like callable
 ) -> dict:
     """Fine-tune, evaluating every ``eval_every`` steps and at the end; write the model, metrics.jsonl
     and metrics.json into ``out``. Returns the final metrics."""

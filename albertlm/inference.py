@@ -83,8 +83,8 @@ class TorchEngine:
     def load(cls, directory: str | Path, threads: int | None = None) -> TorchEngine:
         if threads:
             torch.set_num_threads(threads)
-        if not (Path(directory) / "config.json").is_file() and (Path(directory) / MANIFEST_FILE).is_file():
-            raise UserError(f"{directory} is an `albertlm export` folder (deploy.json); use --engine onnx")
+        if (Path(directory) / MANIFEST_FILE).is_file():
+            raise UserError(f"{directory} is an `albertlm export` folder (it has {MANIFEST_FILE}); use --engine onnx")
         return cls(load_torch_model(directory))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

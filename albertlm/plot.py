@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from albertlm.errors import DataError, MissingDependency
+
 PANELS = [
     ("loss", ["loss", "mlm_loss", "sop_loss", "valid_mlm_loss", "valid_sop_loss"]),
     ("accuracy", ["mlm_acc", "mlm_acc_at_mask", "sop_acc", "valid_mlm_acc", "valid_mlm_acc_at_mask", "valid_sop_acc"]),
@@ -20,9 +22,9 @@ def read_metrics(path: Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+                raise DataError(f"{path}:{n}: not a JSON line ({e.msg})") from None
     if not rows:
-        raise ValueError(f"{path}: no metrics yet")
+        raise DataError(f"{path}: no metrics yet")
     return rows
 
 
@@ -33,7 +35,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, title: str | No
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ValueError("plotting needs matplotlib: pip install matplotlib") from None
+        raise MissingDependency("plotting needs matplotlib: pip install matplotlib") from None
     run = Path(run_dir)
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.exists():

@@ -31,14 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RequestError", "Service", "create_app"]
 
-# kind -> its shortcut endpoint (path, Service method)
-SHORTCUTS = {
-    "classification": ("/v1/classify", "classify"),
-    "regression": ("/v1/classify", "classify"),
-    "tagging": ("/v1/tag", "tag"),
-    "qa": ("/v1/answer", "answer"),
-    "qa_v2": ("/v1/answer", "answer"),
-}
 MAX_DEPTH = 32  # nesting a request body may have
 
 
@@ -202,9 +194,8 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     app.state.service = service
     schemas = _schemas()
     routes = {"/v1/predict": "predict"}
-    if predictor.kind.name in SHORTCUTS:
-        path, method = SHORTCUTS[predictor.kind.name]
-        routes[path] = method
+    if predictor.kind.endpoint:  # the head's shortcut: /v1/classify, /v1/tag or /v1/answer
+        routes[f"/v1/{predictor.kind.endpoint}"] = predictor.kind.endpoint
 
     def error(status: int, code: str, message: str) -> JSONResponse:
         return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)

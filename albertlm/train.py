@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,8 @@ from albertlm.errors import TrainingError
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.optim import build_optimizer, build_scheduler
+
+_log = logging.getLogger(__name__)
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
@@ -508,7 +511,7 @@ class MetricsLog:
 
                 self.tb = SummaryWriter(str(out / "tensorboard"))
             except ImportError:
-                print("tensorboard is not installed; metrics go to metrics.jsonl only")
+                _log.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
 
     def write(self, row: dict[str, Any]) -> None:
         if not self.enabled:

@@ -126,8 +126,8 @@ _WARNINGS = (
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from albertlm.errors import UserError
     from albertlm.data import build_dataset
+    from albertlm.errors import UserError
     from albertlm.pretraining_data import InstanceConfig
     from albertlm.tokenizer import load_tokenizer
 

@@ -28,7 +28,6 @@ def _inference_flags(p: argparse.ArgumentParser) -> None:
 
     add_flags(p, InferenceSettings, aliases=INFERENCE_ALIASES)
     p.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed rows instead of failing")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--holdout", type=int, default=0, help="evaluate on the last N training examples instead")
     ft.add_argument("--limit-train", type=int, default=0, help="use only the first N training examples")
     ft.add_argument("--limit-eval", type=int, default=0, help="evaluate on the first N evaluation examples")
-    add_flags(ft, Settings, skip=("progress",))
+    add_flags(ft, Settings)
+    ft.add_argument("--quiet", dest="progress", action="store_false", default=None, help="the same as --no-progress")
     ft.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a model config field, e.g. --set hidden_size=64 (repeatable)")  # fmt: skip
     _inference_flags(ft)
@@ -115,8 +115,7 @@ def _settings(args: argparse.Namespace):
         if v is not None and v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     inference = build(args, InferenceSettings)
-    return build(args, Settings, skip=("progress",), progress=not args.quiet, inference=inference,
-                 config_overrides=parse_overrides(args.set))  # fmt: skip
+    return build(args, Settings, inference=inference, config_overrides=parse_overrides(args.set))
 
 
 def _policy(args: argparse.Namespace):
@@ -131,31 +130,18 @@ def _note_skips(policy, log) -> None:  # noqa: ANN001
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from albertlm.finetune import Data, resolve_tokenizer, train
-    from albertlm.tasks import get_task, kind_of, read_split
+    from albertlm.finetune import load_data, resolve_tokenizer, train
+    from albertlm.tasks import get_task
 
     task = get_task(args.task)
     s = _settings(args)
     policy = _policy(args)
-    data = Path(args.data)
     tok = resolve_tokenizer(args.model, args.tokenizer)
-    train_ex, train_path = read_split(task, data, "train", policy, args.train_file)
-    # labels from the whole training file: a --limit-train slice may miss rare classes
-    labels = kind_of(task).label_set(task, train_ex)
-    if args.limit_train:
-        train_ex = train_ex[: args.limit_train]
-    if args.holdout:
-        if args.holdout >= len(train_ex):
-            raise UserError(f"--holdout {args.holdout} leaves no training examples (have {len(train_ex)})")
-        eval_ex, eval_path = train_ex[-args.holdout :], f"{train_path} (last {args.holdout} examples)"
-        train_ex = train_ex[: -args.holdout]
-    else:
-        eval_ex, eval_path = _eval_split(task, data, policy, args.eval_file, train_path)
-    if args.limit_eval:
-        eval_ex = eval_ex[: args.limit_eval]
+    data = load_data(task, args.data, policy, args.train_file, args.eval_file, args.holdout, args.limit_train,
+                     args.limit_eval)  # fmt: skip
     _note_skips(policy, print)
     out = Path(args.out)
-    final = train(task, Data(train_ex, eval_ex, str(train_path), str(eval_path), labels), args.model, tok, out, s)
+    final = train(task, data, args.model, tok, out, s)
     m = final["metrics"]
     main = task.main_metric if task.main_metric in m else next(iter(m), None)
     shown = f"{main}={m[main]:.4f}" if main else "no eval"
@@ -164,24 +150,6 @@ def _finetune(args: argparse.Namespace) -> int:
         f"{final['eval_examples']} examples; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}"
     )
     return 0
-
-
-def _eval_split(task, data: Path, policy, eval_file: Path | None, train_path: Path):  # noqa: ANN001
-    from albertlm.tasks import read_split
-    from albertlm.tasks.examples import DataError
-
-    if eval_file is not None:
-        return read_split(task, data, "dev", policy, eval_file)
-    try:
-        return read_split(task, data, "dev", policy)
-    except DataError as e:
-        if "no dev file" not in str(e):
-            raise
-    ex, path = read_split(task, data, "test", policy)  # e.g. MRPC's MSR release has no dev split
-    if path == train_path or (ex and getattr(ex[0], "label", 0) is None):
-        raise DataError(f"{data}: no labeled dev file for {task.name}; pass --eval-file or --holdout N")
-    print(f"note: no dev split in {data}; evaluating on {path}")
-    return ex, path
 
 
 def _evaluate(args: argparse.Namespace) -> int:

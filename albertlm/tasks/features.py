@@ -22,11 +22,10 @@ def encode_text(examples: list[TextExample], gold: list, tok: Tokenizer, max_len
     """``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` (the pair truncated longest-first); ``gold`` holds
     each example's label id (None: unlabeled)."""
     firsts = tok.encode_batch([ex.text_a for ex in examples])
-    has_b = any(ex.text_b is not None for ex in examples)
-    seconds = tok.encode_batch([ex.text_b or "" for ex in examples]) if has_b else None
+    seconds = tok.encode_batch([ex.text_b or "" for ex in examples])
     feats = []
-    for i in range(len(examples)):
-        if seconds is not None:
+    for i, ex in enumerate(examples):
+        if ex.text_b is not None:  # a pair (an empty second text of a pair file is still a pair)
             a, b = truncate_pair(firsts[i], seconds[i], max_len - 3)
             ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
             types = [0] * (len(a) + 2) + [1] * (len(b) + 1)

@@ -60,6 +60,7 @@ class TaskKind:
     architecture: ClassVar[str]  # the head class (a key of albertlm.heads.HEADS)
     label_field: ClassVar[str] = "label"  # the example attribute holding gold labels
     uses_label_names: ClassVar[bool] = False  # id2label comes from the training labels
+    endpoint: ClassVar[str | None] = None  # the server's shortcut, POST /v1/<endpoint>, besides /v1/predict
 
     # ---------------------------------------------------------------- model
     def head_config(self, labels: list[str] | None) -> dict[str, Any]:
@@ -136,6 +137,7 @@ class Classification(TaskKind):
     name = "classification"
     architecture = "AlbertForSequenceClassification"
     uses_label_names = True
+    endpoint = "classify"
     TEXT_KEYS: ClassVar[tuple[str, ...]] = ("text", "text_a", "sentence", "sentence1")
     PAIR_KEYS: ClassVar[tuple[str, ...]] = ("text_b", "pair", "sentence2")
 
@@ -225,6 +227,7 @@ class Tagging(TaskKind):
     architecture = "AlbertForTokenClassification"
     label_field = "tags"
     uses_label_names = True
+    endpoint = "tag"
 
     def head_config(self, labels):
         return {} if labels is None else {"id2label": dict(enumerate(labels))}
@@ -276,6 +279,7 @@ class SpanQA(TaskKind):
     name = "qa"
     architecture = "AlbertForQuestionAnswering"
     label_field = "answers"
+    endpoint = "answer"
 
     def encode(self, task, examples, tok, label2id, s, training=False):
         windows, dropped = squad.make_features(examples, tok, s.max_seq_length, s.doc_stride, s.max_query_length,

@@ -56,7 +56,7 @@ def test_finetune_evaluate_predict(data, en_tok_dir, tmp_path, capsys):
 
     inp = tmp_path / "in.txt"
     inp.write_text('{"text": "a charming film"}\nan awful , boring mess\n', encoding="utf-8")
-    assert main(["predict", "--model", str(out), "--input", str(inp), "--quiet"]) == 0
+    assert main(["predict", "--model", str(out), "--input", str(inp)]) == 0
     preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(preds) == 2 and set(preds[0]["probabilities"]) == {"0", "1"}
     assert sum(preds[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
@@ -65,8 +65,7 @@ def test_finetune_evaluate_predict(data, en_tok_dir, tmp_path, capsys):
     if importlib.util.find_spec("onnxruntime") is not None:
         assert main(["export", "--model", str(out), "--format", "onnx", "--out", str(tmp_path / "onnx")]) == 0
         capsys.readouterr()
-        assert main(["predict", "--model", str(tmp_path / "onnx"), "--engine", "onnx", "--input", str(inp),
-                     "--quiet"]) == 0
+        assert main(["predict", "--model", str(tmp_path / "onnx"), "--engine", "onnx", "--input", str(inp)]) == 0
         onnx_preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         for a, b in zip(onnx_preds, preds, strict=True):
             assert a["label"] == b["label"]
@@ -138,3 +137,25 @@ def test_bad_input_is_one_line(data, en_tok_dir, tmp_path, capsys):
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--out", "x"]) == 2
     assert "--tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, want", [([], 0.01), (["--weight-decay", "0"], 0.0), (["--weight-decay", "0.3"], 0.3)])
+def test_weight_decay_reaches_the_optimizer(data, en_tok_dir, tmp_path, monkeypatch, flag, want):
+    """`--weight-decay 0` means zero (it used to become 0.01): read from the optimizer's own groups."""
+    import albertlm.finetune as ft
+
+    seen = []
+
+    def spy(*a, **kw):
+        opt = build(*a, **kw)
+        seen.append(opt)
+        return opt
+
+    build = ft.build_optimizer
+    monkeypatch.setattr(ft, "build_optimizer", spy)
+    sst = _sst2_slice(data, tmp_path)
+    args = ["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir),
+            "--out", str(tmp_path / "o"), "--limit-eval", "8", *FAST, "--max-steps", "1", *flag, *tiny_flags()]
+    assert main(args) == 0
+    decays = {g["weight_decay"] for g in seen[0].param_groups}
+    assert decays == {0.0, want} if want else decays == {0.0}  # biases and LayerNorms never decay

@@ -1,0 +1,73 @@
+"""CLI flags come from the library's dataclasses: a default or an override never differs between the two."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from albertlm.cli import build_parser
+from albertlm.commands.finetune import _settings
+from albertlm.commands.pretrain import _config_from_args
+from albertlm.finetune import Settings
+from albertlm.tasks.kinds import InferenceSettings
+from albertlm.train import PretrainConfig
+
+REQUIRED = {
+    "finetune": ["--task", "sst2", "--data", "d", "--model", "m", "--out", "o"],
+    "evaluate": ["--model", "m", "--data", "d"],
+    "predict": ["--model", "m"],
+    "serve": ["--model", "m"],
+    "pretrain": [],
+}
+
+
+def parse(command: str, *extra: str):
+    return build_parser().parse_args([command, *REQUIRED[command], *extra])
+
+
+def test_defaults_equal_the_library_defaults():
+    assert _config_from_args(parse("pretrain")) == PretrainConfig()
+    s = _settings(parse("finetune"))
+    assert s == Settings()
+    for command in ("evaluate", "predict", "serve"):
+        args = parse(command)
+        assert all(getattr(args, f.name) is None for f in dataclasses.fields(InferenceSettings))
+
+
+@pytest.mark.parametrize("command, cls", [("pretrain", PretrainConfig), ("finetune", Settings),
+                                          ("predict", InferenceSettings), ("serve", InferenceSettings)])  # fmt: skip
+def test_every_help_shows_the_library_default(command, cls):
+    sub = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == command)[1]
+    help_text = " ".join(sub.format_help().split())
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata or f.default is None or f.default is dataclasses.MISSING:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in help_text, flag
+        assert f"(default: {f.default})" in help_text, flag
+
+
+def test_overrides_reach_the_library_unchanged():
+    s = _settings(parse("finetune", "--weight-decay", "0", "--seed", "0", "--eval-batch-size", "8", "--no-bucketing"))
+    assert s.weight_decay == 0.0 and s.inference.eval_batch_size == 8 and s.inference.bucketing is False
+    cfg = _config_from_args(parse("pretrain", "--global-batch-size", "128", "--eval-every", "7", "--no-progress"))
+    assert cfg.global_batch_size == 128 and cfg.eval_every == 7 and cfg.progress is False
+    assert _config_from_args(parse("pretrain", "--optimizer", "adamw")).peak_lr == 5e-4
+    old = parse("serve", "--max-length", "96", "--max-batch-size", "4")  # the earlier flag names still work
+    assert old.max_seq_length == 96 and old.eval_batch_size == 4
+
+
+def test_one_set_parser_for_every_command():
+    from albertlm.config import parse_overrides
+    from albertlm.errors import ConfigError
+
+    want = {"hidden_size": 64, "sharing": "ffn", "project_embeddings": False, "layer_norm_eps": 1e-6}
+    items = ["hidden_size=64", "sharing=ffn", "project_embeddings=false", "layer_norm_eps=1e-6"]
+    assert parse_overrides(items) == want
+    sets = [x for item in items for x in ("--set", item)]
+    assert _settings(parse("finetune", *sets)).config_overrides == want
+    assert _config_from_args(parse("pretrain", *sets)).model_overrides == want
+    for bad in ("hidden_size=big", "nope=1", "hidden_size", "project_embeddings=maybe"):
+        with pytest.raises(ConfigError):
+            parse_overrides([bad])

@@ -1,0 +1,157 @@
+"""One path from a model to an answer: every head answers the same through `albertlm predict` on the
+torch engine, `predict --engine onnx` on its export, and the HTTP server (labels, per-word tags, spans,
+choices equal; scores within 1e-4), including a QA context longer than one window."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from test_export import deploy_artifacts, one_thread, pytestmark, sst2, tiny_config  # noqa: E402, F401
+
+from albertlm.cli import main  # noqa: E402
+from albertlm.export import export_onnx  # noqa: E402
+from albertlm.finetune import Settings, build_model, save  # noqa: E402
+from albertlm.inference import Predictor  # noqa: E402
+from albertlm.serve import create_app  # noqa: E402
+from albertlm.tasks import InferenceSettings, get_task, kind_of  # noqa: E402
+from albertlm.tokenizer import load_tokenizer  # noqa: E402
+
+LABELS = {"sst2": ["0", "1"], "conll-ner": ["O", "B-X", "I-X"]}
+# Small windows so that one context needs several (doc-stride) windows.
+QA_SETTINGS = {"max_seq_length": 40, "doc_stride": 12, "max_query_length": 8}
+
+
+def _inputs(task: str) -> list[dict | str]:
+    texts, _ = sst2("dev.tsv", 12)
+    long_context = " ".join(texts[:6])  # ~100 tokens: several 40-token windows
+    if task in ("sst2", "stsb"):
+        return [texts[0], {"text": texts[1]}, {"text": texts[2], "text_b": texts[3]}, texts[4]]
+    if task == "conll-ner":
+        return [{"tokens": texts[0].split()}, {"text": texts[1]}, texts[2]]
+    if task in ("squad", "squad2"):
+        return [{"id": "q1", "question": "what is the film about?", "context": long_context},
+                {"id": "q2", "question": "who is it for?", "context": texts[7]}]  # fmt: skip
+    return [{"context": texts[0], "question": "the film is", "options": ["good", "bad", "dull"]},
+            {"context": texts[1], "question": "", "options": [texts[2], texts[3], texts[4]]}]  # fmt: skip
+
+
+def _model_dir(task_name: str, root: Path) -> Path:
+    """A 'fine-tuned' directory for ``task_name``: tiny random weights saved exactly as finetune saves."""
+    task = get_task(task_name)
+    art = deploy_artifacts()
+    tok = load_tokenizer(art["tok"])
+    torch.manual_seed(0)
+    qa = kind_of(task).name.startswith("qa")
+    # QA: wide logits, so that no two candidate spans tie within float noise
+    cfg = tiny_config(tok.vocab_size, initializer_range=0.5 if qa else 0.1).to_dict()
+    overrides = {k: cfg[k] for k in ("embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
+                                     "num_attention_heads", "intermediate_size", "initializer_range")}  # fmt: skip
+    model = build_model(task, "albert-tiny", tok, LABELS.get(task_name), overrides)
+    inference = InferenceSettings(**(QA_SETTINGS if qa else {"max_seq_length": 64}))
+    save(model, tok, root / task_name, task, Settings(inference=inference))
+    return root / task_name
+
+
+def _same(a: object, b: object, path: str = "") -> None:
+    """Equal structure and strings; floats within 1e-4."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-4), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def _predict_cli(model: Path, inp: Path, capsys, *flags: str) -> list[dict]:
+    assert main(["predict", "--model", str(model), "--input", str(inp), *flags]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.parametrize("task", ["sst2", "stsb", "conll-ner", "squad", "squad2", "race"])
+def test_every_head_answers_the_same_everywhere(task, tmp_path, capsys):
+    model = _model_dir(task, tmp_path)
+    inputs = _inputs(task)
+    inp = tmp_path / "in.jsonl"
+    lines = [x if isinstance(x, str) else json.dumps(x) for x in inputs]
+    inp.write_text("\n".join(lines[:1] + [""] + lines[1:]) + "\n", encoding="utf-8")  # a blank line too
+
+    torch_rows = _predict_cli(model, inp, capsys)
+    assert len(torch_rows) == len(inputs) + 1 and torch_rows[1] == {}  # one output line per input line
+    torch_rows = torch_rows[:1] + torch_rows[2:]
+
+    export_onnx(model, tmp_path / "onnx")
+    onnx_rows = _predict_cli(tmp_path / "onnx", inp, capsys, "--engine", "onnx")
+    onnx_rows = onnx_rows[:1] + onnx_rows[2:]
+    _same(onnx_rows, torch_rows)
+
+    client = TestClient(create_app(Predictor.load(tmp_path / "onnx", engine="onnx", threads=1)))
+    r = client.post("/v1/predict", json={"inputs": inputs})
+    assert r.status_code == 200, r.text
+    _same(r.json()["results"], torch_rows)
+    r = client.post("/v1/predict", json=inputs[-1] if isinstance(inputs[-1], dict) else {"text": inputs[-1]})
+    assert r.status_code == 200, r.text
+    _same(r.json()["results"], torch_rows[-1:])
+
+    kind = kind_of(get_task(task)).name
+    if kind == "classification":
+        assert set(torch_rows[0]["probabilities"]) == {"0", "1"} and torch_rows[0]["label"] in ("0", "1")
+    elif kind == "tagging":  # per word, as evaluation scores it
+        assert torch_rows[0]["tokens"] == inputs[0]["tokens"] and len(torch_rows[0]["tags"]) == len(inputs[0]["tokens"])
+    elif kind.startswith("qa"):
+        ctx = inputs[0]["context"]
+        p = Predictor.load(model)
+        assert len(p.kind.encode(None, [p.parse(inputs[0])], p.tokenizer, {}, p.settings).features) > 2
+        span = torch_rows[0]["span"] if kind == "qa_v2" else torch_rows[0]["answer"]
+        if kind == "qa":
+            assert span == ctx[torch_rows[0]["start"] : torch_rows[0]["end"]]
+        assert span in ctx
+
+
+def test_long_qa_context_is_windowed_in_the_server(tmp_path):
+    """A context of far more tokens than --max-seq-length is answered, not refused."""
+    model = _model_dir("squad", tmp_path)
+    texts, _ = sst2("dev.tsv", 60)
+    context = " ".join(texts)
+    client = TestClient(create_app(Predictor.load(model)))
+    r = client.post("/v1/answer", json={"question": "what is it?", "context": context})
+    assert r.status_code == 200, r.text
+    row = r.json()
+    assert row["answer"] == context[row["start"] : row["end"]] and row["answer"]
+
+
+def test_predict_on_export_without_engine_says_onnx(tmp_path, capsys):
+    model = _model_dir("sst2", tmp_path)
+    export_onnx(model, tmp_path / "onnx")
+    (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
+    assert main(["predict", "--model", str(tmp_path / "onnx"), "--input", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--engine onnx" in err and len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_scores_through_the_predictor(tmp_path, capsys):
+    model = _model_dir("sst2", tmp_path)
+    texts, labels = sst2("dev.tsv", 40)
+    data = tmp_path / "sst"
+    data.mkdir()
+    rows = "".join(f"{t}\t{y}\n" for t, y in zip(texts, labels, strict=True))
+    (data / "dev.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    assert main(["evaluate", "--model", str(model), "--data", str(data)]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    preds = Predictor.load(model).classify(texts)
+    accuracy = np.mean([int(p["label"]) == y for p, y in zip(preds, labels, strict=True)])
+    assert result["accuracy"] == pytest.approx(accuracy) and result["examples"] == 40
