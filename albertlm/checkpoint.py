@@ -1,4 +1,5 @@
-"""Training checkpoints: atomic, checksummed, keep-last-N, enough state for a bitwise-exact resume.
+"""Training checkpoints: atomic, checksummed, keep-last-N, enough state for a bitwise-exact resume; the
+training loop asks ``save_training_state`` / ``load_training_state`` for them.
 
 Layout of ``RUN/checkpoints/step_00001200/``:
     config.json, model.safetensors   the model in the HF layout (``transformers`` loads it as is)
@@ -20,13 +21,15 @@ import logging
 import os
 import random
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from albertlm.errors import CheckpointCorrupt
+from albertlm.distributed import print0
+from albertlm.errors import CheckpointCorrupt, TrainingError
 
 _log = logging.getLogger(__name__)
 
@@ -146,3 +149,77 @@ def latest_valid(root: Path, log=_log.warning) -> Path | None:
 def load_tensors(path: Path) -> Any:
     """Tensor-only files of our own checkpoints (``weights_only``: nothing is unpickled unsafely)."""
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# --------------------------------------------------------------------------- a training run's state
+def load_training_state(run: Any) -> bool:
+    """Restore a ``train.Run`` (model, optimizer, scheduler, scaler, counters, data position and every RNG)
+    from the newest checkpoint that verifies under ``run.ckpt_root``; False when there is none."""
+    path = latest_valid(run.ckpt_root, log=lambda m: print0(run.info, m))
+    if path is None:
+        return False
+    from albertlm.hf import hf_to_ours, load_into, read_state_dict
+
+    state = json.loads((path / "state.json").read_text())
+    if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
+            run.info.world_size, run.cfg.global_batch_size, run.cfg.fsdp):
+        raise TrainingError(f"{path} was written by {state['world_size']} processes, global batch "
+                            f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
+                            "resume with the same settings")
+    opt = load_tensors(path / "optimizer.pt")
+    if run.cfg.fsdp and run.info.enabled:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        model_sd = hf_to_ours(read_state_dict(path), run.model)
+        set_state_dict(run.wrapped, run.optimizer, model_state_dict=model_sd,
+                       optim_state_dict=opt["optimizer"], options=StateDictOptions(full_state_dict=True))
+    else:
+        load_into(run.model, read_state_dict(path), source=str(path))
+        run.optimizer.load_state_dict(opt["optimizer"])
+    run.scheduler.load_state_dict(opt["scheduler"])
+    if "scaler" in opt:
+        run.scaler.load_state_dict(opt["scaler"])
+    run.step, run.nonfinite, run.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
+    run.batches.epoch, run.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
+    set_host_rng_state(state["host_rng"])
+    rng_file = path / f"rng_rank{run.info.rank}.pt"
+    set_rng_state(load_tensors(rng_file))
+    print0(run.info, f"resumed from {path} at step {run.step}")
+    return True
+
+def save_training_state(run: Any) -> Path | None:
+    """Write a checkpoint of ``run`` at its current step (every rank calls this; rank 0 writes the model)."""
+    info = run.info
+    if info.enabled:
+        torch.distributed.barrier()
+    tmp = run.ckpt_root / f".step_{run.step:08d}.tmp"
+    if info.is_main:
+        tmp = prepare(run.ckpt_root, run.step)
+    if info.enabled:
+        torch.distributed.barrier()
+    write_rank_rng(tmp, info.rank)
+    model_sd, opt_sd = full_state(run)
+    path = None
+    if info.is_main:
+        from albertlm.hf import save_state_dict
+
+        save_state_dict(run.config, "AlbertForPreTraining", model_sd, tmp)
+        extra = {"scaler": run.scaler.state_dict()} if run.scaler.is_enabled() else {}
+        torch.save({"optimizer": opt_sd, "scheduler": run.scheduler.state_dict(), **extra}, tmp / "optimizer.pt")
+        state = {"step": run.step, "epoch": run.batches.epoch, "step_in_epoch": run.batches.step_in_epoch,
+                 "nonfinite": run.nonfinite, "tokens_seen": run.tokens_seen,
+                 "world_size": info.world_size, "global_batch_size": run.cfg.global_batch_size,
+                 "host_rng": host_rng_state(), "config": asdict(run.cfg)}
+        path = finalize(run.ckpt_root, tmp, run.step, state, run.cfg.keep_last)
+    if info.enabled:
+        torch.distributed.barrier()
+    return path
+
+def full_state(run: Any) -> tuple[dict, dict]:
+    """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
+    if run.cfg.fsdp and run.info.enabled:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_state_dict(run.wrapped, run.optimizer, options=opts)
+    return run.model.state_dict(), run.optimizer.state_dict()

@@ -11,7 +11,7 @@ measured export error). Needs the ``deploy`` extra (onnx, onnxruntime); the pack
 
 Why the graph is post-processed: the TorchScript exporter routes every shared ALBERT weight through
 ``Identity`` nodes, and ``quantize_dynamic`` only quantizes a MatMul whose weight is an initializer, so
-a naive export leaves all shared-layer MatMuls in fp32 (docs/anchors.md). Rewiring those consumers to
+a naive export leaves all shared-layer MatMuls in fp32. Rewiring those consumers to
 the initializer itself makes every computed layer's MatMul quantizable while the weight is still stored
 once (the quantizer caches quantized initializers by name, so int8 weights are stored once as well).
 

@@ -320,18 +320,21 @@ class AlbertModel(AlbertPreTrainedModel):
         return AlbertOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=states)
 
 
-def flops_per_token(config: AlbertConfig, seq_len: int, scored_positions: float | None = None) -> float:
-    """Training FLOPs per token (forward x 3), the formula of docs/anchors.md.
+def flops_per_token(config: AlbertConfig, seq_len: int, scored_positions: float | None = None,
+                    training: bool = True) -> float:  # fmt: skip
+    """FLOPs per token, the one formula used by training MFU and the benchmarks (the reference's, in
+    ../shared/docs/anchors.md of the project's workspace):
 
-    L(8H^2 + 4HI + 4SH) + 2EH + P/S (2HE + 2EV), times 3 for forward + backward, with P the positions
-    the MLM head scores (all S by default). Sharing does not reduce FLOPs: every computed layer counts.
+    L(8H^2 + 4HI + 4SH) + 2EH + P/S (2HE + 2EV) for the forward pass, times 3 with ``training`` (forward +
+    backward), with P the positions the MLM head scores (all S by default, 0 for the encoder alone).
+    Sharing does not reduce FLOPs: every computed layer counts.
     """
     c = config
     H, I, E, V, S = c.hidden_size, c.intermediate_size, c.embedding_size, c.vocab_size, seq_len
     depth = c.num_hidden_layers * c.inner_group_num
     p_over_s = 1.0 if scored_positions is None else scored_positions / S
     fwd = depth * (8 * H * H + 4 * H * I + 4 * S * H) + 2 * E * H + p_over_s * (2 * H * E + 2 * E * V)
-    return 3.0 * fwd
+    return 3.0 * fwd if training else float(fwd)
 
 
 __all__ = [

@@ -192,10 +192,7 @@ def useful_flops(config: AlbertConfig, batch: dict[str, torch.Tensor]) -> float:
     seq = batch["input_ids"].shape[1]
     real = int(batch["input_ids"].numel() if mask is None or mask.dim() == 3 else mask.sum())
     masked = int((batch["labels"] != -100).sum())
-    c = config
-    per_token = flops_per_token(c, seq, scored_positions=0)
-    head = 3.0 * (2 * c.hidden_size * c.embedding_size + 2 * c.embedding_size * c.vocab_size)
-    return real * per_token + masked * head
+    return real * flops_per_token(config, seq, scored_positions=masked * seq / max(real, 1))
 
 
 # ------------------------------------------------------------------------------------------ one step
@@ -309,73 +306,11 @@ class Run:
         return torch.autocast(self.info.device.type, dtype=dtype)
 
     def resume(self) -> bool:
-        path = ckpt.latest_valid(self.ckpt_root, log=lambda m: print0(self.info, m))
-        if path is None:
-            return False
-        from albertlm.hf import hf_to_ours, load_into, read_state_dict
-
-        state = json.loads((path / "state.json").read_text())
-        if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
-                self.info.world_size, self.cfg.global_batch_size, self.cfg.fsdp):
-            raise TrainingError(f"{path} was written by {state['world_size']} processes, global batch "
-                                f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
-                                "resume with the same settings")
-        opt = ckpt.load_tensors(path / "optimizer.pt")
-        if self.cfg.fsdp and self.info.enabled:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-            model_sd = hf_to_ours(read_state_dict(path), self.model)
-            set_state_dict(self.wrapped, self.optimizer, model_state_dict=model_sd,
-                           optim_state_dict=opt["optimizer"], options=StateDictOptions(full_state_dict=True))
-        else:
-            load_into(self.model, read_state_dict(path), source=str(path))
-            self.optimizer.load_state_dict(opt["optimizer"])
-        self.scheduler.load_state_dict(opt["scheduler"])
-        if "scaler" in opt:
-            self.scaler.load_state_dict(opt["scaler"])
-        self.step, self.nonfinite, self.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
-        self.batches.epoch, self.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
-        ckpt.set_host_rng_state(state["host_rng"])
-        rng_file = path / f"rng_rank{self.info.rank}.pt"
-        ckpt.set_rng_state(ckpt.load_tensors(rng_file))
-        print0(self.info, f"resumed from {path} at step {self.step}")
-        return True
+        """Load the newest valid checkpoint's state into this run; False when there is none."""
+        return ckpt.load_training_state(self)
 
     def save(self) -> Path | None:
-        info = self.info
-        if info.enabled:
-            torch.distributed.barrier()
-        tmp = self.ckpt_root / f".step_{self.step:08d}.tmp"
-        if info.is_main:
-            tmp = ckpt.prepare(self.ckpt_root, self.step)
-        if info.enabled:
-            torch.distributed.barrier()
-        ckpt.write_rank_rng(tmp, info.rank)
-        model_sd, opt_sd = self._full_state()
-        path = None
-        if info.is_main:
-            from albertlm.hf import save_state_dict
-
-            save_state_dict(self.config, "AlbertForPreTraining", model_sd, tmp)
-            extra = {"scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}
-            torch.save({"optimizer": opt_sd, "scheduler": self.scheduler.state_dict(), **extra}, tmp / "optimizer.pt")
-            state = {"step": self.step, "epoch": self.batches.epoch, "step_in_epoch": self.batches.step_in_epoch,
-                     "nonfinite": self.nonfinite, "tokens_seen": self.tokens_seen,
-                     "world_size": info.world_size, "global_batch_size": self.cfg.global_batch_size,
-                     "host_rng": ckpt.host_rng_state(), "config": asdict(self.cfg)}
-            path = ckpt.finalize(self.ckpt_root, tmp, self.step, state, self.cfg.keep_last)
-        if info.enabled:
-            torch.distributed.barrier()
-        return path
-
-    def _full_state(self) -> tuple[dict, dict]:
-        """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
-        if self.cfg.fsdp and self.info.enabled:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_state_dict(self.wrapped, self.optimizer, options=opts)
-        return self.model.state_dict(), self.optimizer.state_dict()
+        return ckpt.save_training_state(self)
 
     # -------------------------------------------------------------- loop
     def train(self) -> dict[str, Any]:
@@ -418,7 +353,7 @@ class Run:
                 self.save()
         bar.close()
         final = self.out / "final"
-        model_sd, _ = self._full_state()  # a collective under FSDP: every rank takes part
+        model_sd, _ = ckpt.full_state(self)  # a collective under FSDP: every rank takes part
         if info.is_main:
             from albertlm.hf import save_state_dict
 

@@ -25,6 +25,7 @@ from timing import measure, time_once  # benchmarks/timing.py (the script's own 
 
 import albertlm
 from albertlm import AlbertConfig
+from albertlm.model import flops_per_token
 
 
 def main() -> None:
@@ -71,8 +72,7 @@ def main() -> None:
         mm = statistics.median(time_once(lambda: x @ w, args.device) for _ in range(args.reps))
     matmul_gflops = 2 * B * S * H * I / mm / 1e9
 
-    depth = config.num_hidden_layers * config.inner_group_num
-    flops_per_token = depth * (8 * H * H + 4 * H * I + 4 * S * H) + 2 * config.embedding_size * H
+    per_token = flops_per_token(config, S, scored_positions=0, training=False)  # the encoder's forward
     result = {
         "preset": args.preset, "batch_size": B, "seq_len": S, "device": args.device, "dtype": args.dtype,
         "threads": args.threads, "torch": torch.__version__, "transformers": transformers.__version__,
@@ -82,7 +82,7 @@ def main() -> None:
           f"median of {args.reps} (max |ours - HF| = {max_diff:.2e})")
     for k, ts in times.items():
         med = statistics.median(ts)
-        result[k] = {"median_s": med, "tokens_per_s": B * S / med, "gflops": flops_per_token * B * S / med / 1e9}
+        result[k] = {"median_s": med, "tokens_per_s": B * S / med, "gflops": per_token * B * S / med / 1e9}
         print(f"  {k:8s} {med * 1000:8.1f} ms  {B * S / med:10,.0f} tokens/s  "
               f"{result[k]['gflops']:7.1f} GFLOP/s ({result[k]['gflops'] / matmul_gflops:.0%} of matmul)")
     result["matmul_gflops"] = matmul_gflops

@@ -31,7 +31,8 @@ import torch
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.export import OnnxModel, Predictor, export_onnx
+from albertlm.export import export_onnx
+from albertlm.inference import OnnxEngine, Predictor
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -66,7 +67,7 @@ def speed(args: argparse.Namespace) -> list[dict]:
         manifest = export_onnx(work / "model", work / graph, quantize="int8", graph=graph)
         suffix = "" if graph == "ort" else "-standard"
         for q in ("fp32", "int8"):
-            onnx[f"onnx-{q}{suffix}"] = OnnxModel(work / graph, threads=args.threads, quantized=q == "int8")
+            onnx[f"onnx-{q}{suffix}"] = OnnxEngine(work / graph, threads=args.threads, quantized=q == "int8")
         sizes = manifest["sizes_bytes"]
         print(f"ONNX ({graph} graph) sizes: fp32 {sizes['fp32'] / 1e6:.1f} MB, int8 {sizes['int8'] / 1e6:.1f} MB "
               f"({sizes['int8'] / sizes['fp32']:.2f}x); fused {manifest['fused_ops']}; "
@@ -100,13 +101,13 @@ def speed(args: argparse.Namespace) -> list[dict]:
 def make_engines(hf, ours, onnx: dict, inputs: tuple[torch.Tensor, ...]) -> dict:
     """name -> a no-argument forward on fixed inputs (torch tensors for torch, numpy for onnxruntime)."""
     ids, mask, types = inputs
-    np_in = tuple(t.numpy() for t in inputs)
+    np_in = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
     engines = {
         "hf-sdpa": lambda: hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
         "albertlm-torch": lambda: ours(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
     }
     for name, session in onnx.items():
-        engines[name] = lambda session=session: session(*np_in)["logits"]
+        engines[name] = lambda session=session: session(np_in)["logits"]
     engines["fp32-gemm-floor"] = gemm_floor(hf.config, ids.shape[0], ids.shape[1])
     return engines
 
@@ -188,7 +189,7 @@ def accuracy(args: argparse.Namespace) -> dict:
     for name, kw in (("torch", {"engine": "torch"}), ("onnx-fp32", {"engine": "onnx", "quantized": False}),
                      ("onnx-int8", {"engine": "onnx", "quantized": True})):  # fmt: skip
         directory = model_dir if name == "torch" else model_dir.parent / "onnx"
-        preds = Predictor(directory, threads=args.threads, max_length=128, **kw).classify(texts)
+        preds = Predictor.load(directory, threads=args.threads, overrides={"max_seq_length": 128}, **kw).classify(texts)
         result[name] = float(np.mean([LABELS[y] == p["label"] for y, p in zip(labels, preds, strict=True)]))
     result["int8_drop_points"] = 100 * (result["onnx-fp32"] - result["onnx-int8"])
     print(json.dumps(result, indent=2))
