@@ -170,9 +170,11 @@ def map_config(d: dict[str, Any], structure: str, names: list[str], source: str)
     else:
         ln = c.get("ln_type", "<absent>")
         if ln not in ("postln", "preln", None):
+            found = "has no ln_type" if ln == "<absent>" else f"has ln_type {ln!r}"
             raise ConversionError(
-                f"{source}: ln_type is {ln!r}; brightmart's modeling.py needs \"postln\" (its base/large/xlarge) "
-                "or \"preln\" (its xxlarge): copy it from the albert_config.json released with the checkpoint"
+                f"{source} {found}, but the checkpoint is brightmart/albert_zh-structure (word_embeddings_2, "
+                "layer_shared), whose modeling.py needs ln_type \"postln\" (its tiny/base/large/xlarge) or "
+                "\"preln\" (its xxlarge): use the albert_config.json released with the checkpoint"
             )
         per_layer = sorted({int(m.group(2)) for n in names if (m := _ZH_LAYER.match(n)) and m.group(2)})
         structure_kw = dict(num_hidden_groups=L if per_layer else 1, inner_group_num=1, project_embeddings=True,
@@ -207,8 +209,10 @@ def map_name(name: str, structure: str, renumber: dict[int, int]) -> tuple[str, 
         if m:
             g = int(m.group(2))
             if g not in renumber:
-                raise KeyError(f"{name} belongs to group {g}, which no layer runs under num_hidden_layers / "
-                               "num_hidden_groups of the config")
+                raise ConversionError(
+                    f"variable {name} belongs to group {g}, but the config's num_hidden_layers / num_hidden_groups "
+                    f"run only groups {sorted(renumber)}; use the albert_config.json released with this checkpoint"
+                )
             name = f"{m.group(1)}{renumber[g]}{m.group(3)}"
         try:
             mapped = tf_to_hf_name(name)
@@ -276,6 +280,8 @@ def from_tf(
     for name in names:
         try:
             mapped = map_name(name, structure, renumber)
+        except ConversionError as e:
+            raise ConversionError(f"{source}: {e}") from None
         except KeyError as e:
             raise ConversionError(
                 f"{source}: variable {e.args[0]}; albertlm converts the original ALBERT pretraining, classifier and "
@@ -289,6 +295,7 @@ def from_tf(
     tok = _tokenizer(vocab, ckpt.prefix.parent, lowercase, cfg)
     if tok is not None:
         cfg = cfg.replace(pad_token_id=tok.pad_id, bos_token_id=tok.cls_id, eos_token_id=tok.sep_id)
+        report.tokenizer = tok.file_name
     arch = architecture_for({k for k, _ in plan.values()})
     if arch == "AlbertForSequenceClassification":
         labels = ckpt.entries["output_bias"].shape[0]
