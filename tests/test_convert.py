@@ -312,3 +312,46 @@ def test_cli_convert_and_list(tmp_path, capsys):
     assert err.count("\n") == 1 and "exists and is not empty" in err
     assert main(["convert", "--checkpoint", str(d)]) == 2
     assert "--config, --out required" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- albert_zh structure in use
+@pytest.mark.parametrize("name", ["brightmart_preln", "brightmart_postln"])
+def test_albert_zh_structure_fine_tunes_exports_and_serves(name, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from albertlm.export import Predictor  # the one import of Predictor here (it may move to albertlm.inference)
+    from albertlm.export import export_onnx
+    from albertlm.finetune import Data, Settings, train
+    from albertlm.serve import create_app
+    from albertlm.tasks import TextExample, get_task
+
+    vocab = zh_vocab(tmp_path / "vocab.txt")
+    convert(name, tmp_path / "converted", vocab=vocab)
+    rows = [("我很喜欢这个电影", "1"), ("这个电影不好", "0"), ("他喜欢看书", "1"), ("你不喜欢", "0")] * 4
+    examples = [TextExample(text_a=t, label=y, source=f"mem:{i}") for i, (t, y) in enumerate(rows)]
+    tok = load_tokenizer(tmp_path / "converted")
+    s = Settings(max_steps=6, batch_size=4, lr=1e-3, warmup=0, max_seq_length=16, eval_batch_size=8, progress=False)
+    data = Data(train=examples, eval=examples[:8], train_path="mem", eval_path="mem", labels=["0", "1"])
+    metrics = train(get_task("chnsenticorp"), data, str(tmp_path / "converted"), tok, tmp_path / "ft", s,
+                    log=lambda *a, **k: None)
+    assert metrics["steps"] == 6 and np.isfinite(metrics["final_train_loss"]) and "accuracy" in metrics["metrics"]
+    assert sorted(metrics["newly_initialized_keys"]) == ["classifier.bias", "classifier.weight"]  # rest converted
+    tuned = albertlm.AlbertForSequenceClassification.from_pretrained(tmp_path / "ft")
+    before = albertlm.AlbertForPreTraining.from_pretrained(tmp_path / "converted")
+    moved = tuned.albert.embeddings.word_projection.weight - before.albert.embeddings.word_projection.weight
+    assert moved.abs().max() > 0  # the albert_zh-only projection is trained like any other weight
+    assert tuned.config.embedding_projection_before_position
+    assert tuned.config.layer_norm_position == ("pre" if name.endswith("preln") else "post")
+    for graph in ("ort", "standard"):
+        manifest = export_onnx(tmp_path / "ft", tmp_path / f"onnx-{graph}", graph=graph)
+        assert manifest["fp32_max_abs_diff"] < 1e-4, (graph, manifest["fp32_max_abs_diff"])
+    texts = ["我喜欢这个电影", "他不好"]
+    ref = Predictor(tmp_path / "ft", engine="torch").classify(texts)
+    client = TestClient(create_app(Predictor(tmp_path / "onnx-ort", engine="onnx", threads=1)))
+    r = client.post("/v1/classify", json={"texts": texts})
+    assert r.status_code == 200, r.text
+    served = r.json()["results"]
+    assert [x["label"] for x in served] == [x["label"] for x in ref]
+    assert np.allclose([x["score"] for x in served], [x["score"] for x in ref], atol=1e-4)
