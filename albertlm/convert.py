@@ -121,7 +121,8 @@ def detect_structure(names: list[str], source: str) -> str:
 def read_original_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; pass the albert_config.json released with the checkpoint")
+        what = "is not a file" if path.exists() else "does not exist"
+        raise FileNotFoundError(f"{path} {what}; pass the albert_config.json released with the checkpoint")
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
