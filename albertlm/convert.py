@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from albertlm.config import AlbertConfig
-from albertlm.hf import tf_to_hf_name
+from albertlm.hf import HF_ARCHITECTURES, tf_to_hf_name
 from albertlm.tf_checkpoint import TFCheckpoint, resolve_prefix
 
 # Variables a training run adds beside the weights (optimizer slots, step and loss-scale counters).
@@ -40,12 +40,19 @@ SKIP = re.compile(
     r"(/adam_[mv]|/lamb_[mv]|/Momentum|/Adam(_\d+)?|/Adagrad|/RMSProp(_\d+)?|/ExponentialMovingAverage)$"
     r"|^(global_step|beta[12]_power|current_loss_scale|good_steps)$"
 )
-# Fine-tuning heads of the original repositories (run_classifier / classifier_utils, squad_utils v1).
+# Fine-tuning heads of the original repositories: run_classifier (classifier_utils), run_squad_v1 and
+# run_squad_v2 (squad_utils). (pattern, our key, transpose: dense kernels are [in, out]).
 HEADS = (
-    (r"^output_weights$", "classifier.weight"),
-    (r"^output_bias$", "classifier.bias"),
-    (r"^cls/squad/output_weights$", "qa_outputs.weight"),
-    (r"^cls/squad/output_bias$", "qa_outputs.bias"),
+    (r"^output_weights$", "classifier.weight", False),
+    (r"^output_bias$", "classifier.bias", False),
+    (r"^cls/squad/output_weights$", "qa_outputs.weight", False),
+    (r"^cls/squad/output_bias$", "qa_outputs.bias", False),
+    (r"^start_logits/dense/(kernel|bias)$", r"start_logits.\1", True),
+    (r"^end_logits/dense_0/(kernel|bias)$", r"end_dense.\1", True),
+    (r"^end_logits/LayerNorm/(gamma|beta)$", r"end_LayerNorm.\1", False),
+    (r"^end_logits/dense_1/(kernel|bias)$", r"end_logits.\1", True),
+    (r"^answer_class/dense_0/(kernel|bias)$", r"answer_dense.\1", True),
+    (r"^answer_class/dense_1/kernel$", "answer_logits.kernel", True),
 )
 # brightmart/albert_zh modeling.py: (pattern over the part after the layer scope, our key in the block)
 _ZH_LAYER = re.compile(r"^bert/encoder/(layer_shared|layer_(\d+))/(.+)/(kernel|bias|gamma|beta)$")
@@ -90,14 +97,16 @@ class ConversionReport:
 
     @property
     def transformers_compatible(self) -> bool:
-        return self.config.transformers_compatible
+        return self.config.transformers_compatible and self.architecture in HF_ARCHITECTURES
 
     def summary(self) -> str:
+        why = "the albert_zh structure" if not self.config.transformers_compatible else f"{self.architecture}"
         loads = ("albertlm and transformers" if self.transformers_compatible
-                 else "albertlm only (transformers cannot represent the albert_zh structure)")
+                 else f"albertlm only (transformers cannot represent {why})")
         tok = self.tokenizer or "no tokenizer (pass --vocab)"
+        notes = "".join(f"; {n}" for n in self.notes)
         return (f"{self.out}: {self.architecture} ({self.structure} structure, {self.converted} tensors, "
-                f"{len(self.skipped)} optimizer variables skipped, tokenizer {tok}); loads in {loads}")
+                f"{len(self.skipped)} optimizer variables skipped, tokenizer {tok}); loads in {loads}{notes}")
 
 
 # ----------------------------------------------------------------------------- listing
@@ -108,6 +117,11 @@ def list_variables(checkpoint: str | Path) -> list[tuple[str, str, tuple[int, ..
 
 # ----------------------------------------------------------------------------- config
 def detect_structure(names: list[str], source: str) -> str:
+    if any(n.endswith("/.ATTRIBUTES/VARIABLE_VALUE") for n in names):
+        raise ConversionError(
+            f"{source} is a TF2 object-based checkpoint (tf.train.Checkpoint / Keras), not one saved by the original "
+            "ALBERT code (tf.compat.v1.train.Saver); convert the release's own model.ckpt-* instead"
+        )
     if any(n.startswith("bert/encoder/transformer/") for n in names):
         return "google"
     if any(_ZH_LAYER.match(n) for n in names) or "bert/embeddings/word_embeddings_2" in names:
@@ -162,7 +176,6 @@ def map_config(d: dict[str, Any], structure: str, names: list[str], source: str)
         raise ConversionError(f"{source}: hidden_act {c['hidden_act']!r} is not one the original code supports "
                               f"with a nonlinearity ({', '.join(ACTIVATIONS)})")
     L = int(c["num_hidden_layers"])
-    extra: dict[str, Any] = {}
     if structure == "google":
         E, H = int(c["embedding_size"]), int(c["hidden_size"])
         groups, _ = group_plan(L, int(c["num_hidden_groups"]), source)
@@ -191,7 +204,7 @@ def map_config(d: dict[str, Any], structure: str, names: list[str], source: str)
             max_position_embeddings=int(c["max_position_embeddings"]), type_vocab_size=int(c["type_vocab_size"]),
             initializer_range=float(c["initializer_range"]),
             layer_norm_eps=1e-12,  # tf.contrib.layers.layer_norm's variance_epsilon for float32
-            extra=extra, **structure_kw,
+            **structure_kw,
         )
     except (TypeError, ValueError) as e:
         raise ConversionError(f"{source}: {e}") from None
@@ -202,9 +215,10 @@ def map_name(name: str, structure: str, renumber: dict[int, int]) -> tuple[str, 
     """Original variable -> (our HF-layout key, transpose); None for optimizer state; KeyError if unknown."""
     if SKIP.search(name):
         return None
-    for pattern, key in HEADS:
+    for pattern, key, transposed in HEADS:
         if re.match(pattern, name):
-            return key, False
+            head, _, last = re.sub(pattern, key, name).rpartition(".")
+            return f"{head}.{_SUFFIX.get(last, last)}", transposed and name.endswith("/kernel")
     if structure == "google":
         m = re.match(r"^(bert/encoder/transformer/group_)(\d+)(/.*)$", name)
         if m:
@@ -241,6 +255,8 @@ def map_name(name: str, structure: str, renumber: dict[int, int]) -> tuple[str, 
 def architecture_for(keys: set[str]) -> str:
     if any(k.startswith("classifier.") for k in keys):
         return "AlbertForSequenceClassification"
+    if any(k.startswith("start_logits.") for k in keys):
+        return "AlbertForQuestionAnsweringV2"  # the original's SQuAD 2.0 head; transformers has none
     if any(k.startswith("qa_outputs.") for k in keys):
         return "AlbertForQuestionAnswering"
     if any(k.startswith("predictions.") for k in keys):
@@ -286,7 +302,7 @@ def from_tf(
         except KeyError as e:
             raise ConversionError(
                 f"{source}: variable {e.args[0]}; albertlm converts the original ALBERT pretraining, classifier and "
-                "SQuAD v1 variables only (see `albertlm convert --list`)"
+                "SQuAD v1 / v2 variables only (see `albertlm convert --list`)"
             ) from None
         if mapped is None:
             report.skipped.append(name)

@@ -23,12 +23,19 @@ from albertlm.convert import from_tf
 from albertlm.heads import IGNORE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tf"
-INPUTS = ("input_ids", "input_mask", "token_type_ids", "masked_lm_positions")
+INPUTS = ("input_ids", "input_mask", "token_type_ids", "masked_lm_positions", "p_mask")
 
 
-def outputs(model, ids, mask, types, positions, hf: bool) -> dict[str, np.ndarray]:
+def outputs(model, ids, mask, types, positions, hf: bool, p_mask=None) -> dict[str, np.ndarray]:
     out = {}
     with torch.no_grad():
+        if isinstance(model, albertlm.AlbertForQuestionAnsweringV2):  # the original's SQuAD 2.0 beam
+            r = model(ids, mask, types, p_mask=p_mask)
+            B = ids.shape[0]
+            out = dict(start_top_log_probs=r.start_top_log_probs, start_top_index=r.start_top_index.float(),
+                       end_top_log_probs=r.end_top_log_probs.reshape(B, -1),
+                       end_top_index=r.end_top_index.reshape(B, -1).float(), cls_logits=r.cls_logits)
+            return {k: v.numpy() for k, v in out.items()}
         if hasattr(model, "classifier"):
             out["classifier_logits"] = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
             return {k: v.numpy() for k, v in out.items()}
@@ -59,11 +66,12 @@ def main() -> None:
     rows = []
     for d in sorted(p for p in FIXTURES.iterdir() if (p / "expected.npz").is_file()):
         e = dict(np.load(d / "expected.npz"))
-        ids, mask, types, positions = (torch.from_numpy(e[k]).long() for k in INPUTS)
+        ids, mask, types, positions = (torch.from_numpy(e[k]).long() for k in INPUTS[:4])
         with tempfile.TemporaryDirectory() as tmp:
             report = from_tf(d / "model.ckpt", d / "albert_config.json", Path(tmp) / "out")
             ours = getattr(albertlm, report.architecture).from_pretrained(Path(tmp) / "out").eval()
-            engines = {"albertlm": outputs(ours, ids, mask, types, positions, hf=False)}
+            p_mask = torch.from_numpy(e["p_mask"]).long() if "p_mask" in e else None
+            engines = {"albertlm": outputs(ours, ids, mask, types, positions, hf=False, p_mask=p_mask)}
             if report.transformers_compatible:
                 import transformers
 

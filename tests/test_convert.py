@@ -25,7 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 TOLERANCE = 2e-5  # fp32, the bar
 ALL = ["google", "google_classifier", "brightmart_google_slots", "brightmart_postln", "brightmart_preln"]
 GOOGLE = ["google", "google_classifier", "brightmart_google_slots"]
-INPUTS = ("input_ids", "input_mask", "token_type_ids", "masked_lm_positions")
+INPUTS = ("input_ids", "input_mask", "token_type_ids", "masked_lm_positions", "p_mask")
 
 
 def expected(name: str) -> dict[str, np.ndarray]:
@@ -73,6 +73,22 @@ def test_converted_model_reproduces_the_original(name, tmp_path):
         diff = np.abs(got[k] - e[k]).max()
         assert diff < TOLERANCE, f"{name} {k}: max |diff| {diff:.2e}"
         assert np.abs(e[k]).max() > 2500 * TOLERANCE  # outputs of real magnitude, not a vacuous comparison
+
+
+def test_squad2_head_reproduces_the_original_beam(tmp_path):
+    report = convert("google_squad2", tmp_path / "out")
+    assert report.architecture == "AlbertForQuestionAnsweringV2" and not report.transformers_compatible
+    assert "transformers cannot represent AlbertForQuestionAnsweringV2" in report.summary()
+    e = expected("google_squad2")
+    model = albertlm.AlbertForQuestionAnsweringV2.from_pretrained(tmp_path / "out").eval()
+    assert model.top_k == 5  # run_squad_v2.py's start_n_top = end_n_top = 5
+    with torch.no_grad():
+        out = model(*inputs(e), p_mask=torch.from_numpy(e["p_mask"]).long())
+    torch.testing.assert_close(out.start_top_index.float().numpy(), e["start_top_index"], rtol=0, atol=0)
+    torch.testing.assert_close(out.end_top_index.reshape(2, -1).float().numpy(), e["end_top_index"], rtol=0, atol=0)
+    for ours, k in ((out.start_top_log_probs, "start_top_log_probs"), (out.end_top_log_probs, "end_top_log_probs"),
+                    (out.cls_logits, "cls_logits")):
+        assert np.abs(ours.reshape(e[k].shape).numpy() - e[k]).max() < TOLERANCE, k
 
 
 def test_fixtures_discriminate_the_details(tmp_path):
