@@ -20,7 +20,7 @@ COMMANDS = [
     "tokenizer", "data",  # text -> shards
     "pretrain", "plot",  # training
     "finetune",  # finetune, evaluate, predict, tasks, convert-pku-ner
-    "export", "serve",  # deployment
+    "export", "serve", "convert",  # deployment; original TF checkpoints in
     "analyze", "ablate",  # the paper's claims
 ]
 

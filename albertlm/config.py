@@ -15,6 +15,9 @@ from typing import Any
 
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 SHARING_MODES = ("all", "attention", "ffn", "none")
+LAYER_NORM_POSITIONS = ("post", "pre")
+# Written into config.json when a model uses a structure transformers' AlbertModel cannot build.
+TRANSFORMERS_INCOMPATIBLE_KEY = "albertlm_transformers_incompatible"
 
 # Keys found in released ALBERT config.json files that configure nothing (spec section 1).
 DEAD_KEYS = frozenset(
@@ -90,6 +93,13 @@ class AlbertConfig:
     sharing: str = "all"
     # E -> H projection. ALBERT always has it (even with E = H); BERT-equivalent presets have none.
     project_embeddings: bool = True
+    # brightmart/albert_zh's own structure (transformers has neither option): the E -> H projection (no
+    # bias) maps the word embedding alone, BEFORE the H-wide position and token-type embeddings are added
+    # and LayerNorm runs over H; its MLM head decodes through the same projection transposed (H -> E -> V).
+    embedding_projection_before_position: bool = False
+    # Where each block's two LayerNorms sit: "post" = LN(x + f(x)) (ALBERT, BERT); "pre" = x + f(LN(x)),
+    # with no LayerNorm after the last block (albert_zh's ln_type "preln").
+    layer_norm_position: str = "post"
     # Task-head labels, HF convention (classification and tagging heads).
     id2label: dict[int, str] | None = None
     problem_type: str | None = None  # regression | single_label_classification | multi_label_classification
@@ -142,6 +152,15 @@ class AlbertConfig:
             f"project_embeddings=False needs embedding_size == hidden_size "
             f"({self.embedding_size} != {self.hidden_size}); set project_embeddings=True",
         )
+        need(
+            self.layer_norm_position in LAYER_NORM_POSITIONS,
+            f"unknown layer_norm_position {self.layer_norm_position!r}; choose one of "
+            f"{', '.join(LAYER_NORM_POSITIONS)}",
+        )
+        need(
+            self.project_embeddings or not self.embedding_projection_before_position,
+            "embedding_projection_before_position=True needs project_embeddings=True (it moves the projection)",
+        )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
             p = getattr(self, name)
             need(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
@@ -154,6 +173,11 @@ class AlbertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def transformers_compatible(self) -> bool:
+        """False for the albert_zh structure options, which ``transformers.AlbertModel`` cannot build."""
+        return not self.embedding_projection_before_position and self.layer_norm_position == "post"
 
     @property
     def num_labels(self) -> int:
@@ -190,6 +214,14 @@ class AlbertConfig:
             d["label2id"] = self.label2id
         if self.problem_type is None:
             d.pop("problem_type")
+        if self.transformers_compatible:  # HF-structure configs stay exactly what transformers writes
+            d.pop("embedding_projection_before_position")
+            d.pop("layer_norm_position")
+        else:
+            d[TRANSFORMERS_INCOMPATIBLE_KEY] = (
+                "brightmart/albert_zh structure (embedding_projection_before_position / layer_norm_position): "
+                "transformers cannot build this model and would load it wrongly; load it with albertlm"
+            )
         d = {**self.extra, **d}
         d["model_type"] = "albert"
         return d
@@ -204,6 +236,7 @@ class AlbertConfig:
         if "albertlm_num_hidden_groups" in d:
             kwargs["num_hidden_groups"] = d.pop("albertlm_num_hidden_groups")
         d.pop("label2id", None)
+        d.pop(TRANSFORMERS_INCOMPATIBLE_KEY, None)  # derived from the two structure fields
         num_labels = d.get("num_labels")
         if kwargs.get("id2label") is None and num_labels is not None:
             kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(num_labels))}

@@ -59,18 +59,33 @@ class SquadV2Output:
 
 
 class AlbertMLMHead(nn.Module):
-    """H -> E -> act -> LayerNorm(E) -> logits over V with the decoder tied to the word embedding."""
+    """H -> E -> act -> LayerNorm(E) -> logits over V with the decoder tied to the word embedding.
+
+    With ``embedding_projection_before_position`` (albert_zh): H -> H -> act -> LayerNorm(H), then back
+    through the tied word projection transposed (H -> E) and the word embedding (E -> V).
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        width = config.hidden_size if config.embedding_projection_before_position else config.embedding_size
+        self.dense = nn.Linear(config.hidden_size, width)
         self.activation = activation(config.hidden_act)
-        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        x = self.LayerNorm(self.activation(self.dense(h)))  # (..., E)
+    def forward(
+        self, h: torch.Tensor, word_embeddings: torch.Tensor, word_projection: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = self.LayerNorm(self.activation(self.dense(h)))  # (..., E), or H with word_projection
+        if word_projection is not None:
+            x = x @ word_projection  # (..., H) @ (H, E) -> (..., E)
         return F.linear(x, word_embeddings, self.bias)  # (..., V)
+
+
+def _decoder(model: AlbertModel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tied decoder weights: the word embedding, and the word projection when it has one."""
+    emb = model.embeddings
+    return emb.word_embeddings.weight, (emb.word_projection.weight if emb.word_projection is not None else None)
 
 
 class AlbertSOPHead(nn.Module):
@@ -118,15 +133,15 @@ class AlbertForPreTraining(AlbertPreTrainedModel):
     ) -> PreTrainingOutput:
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         h = out.last_hidden_state  # (B, S, H)
-        word = self.albert.embeddings.word_embeddings.weight
+        decoder = _decoder(self.albert)
         mlm_loss = mlm_labels = None
         if labels is not None:
             selected = labels != IGNORE  # (B, S)
             mlm_labels = labels[selected]  # (N,)
-            logits = self.predictions(h[selected], word)  # (N, V)
+            logits = self.predictions(h[selected], *decoder)  # (N, V)
             mlm_loss = _ce(logits, mlm_labels) if mlm_labels.numel() else logits.sum() * 0.0
         else:
-            logits = self.predictions(h, word)  # (B, S, V)
+            logits = self.predictions(h, *decoder)  # (B, S, V)
         pooled = out.pooler_output if cls_positions is None else self.albert.pool(h, cls_positions)
         sop_logits = self.sop_classifier(pooled)
         sop_loss = _ce(sop_logits, sentence_order_label) if sentence_order_label is not None else None
@@ -161,11 +176,11 @@ class AlbertForMaskedLM(AlbertPreTrainedModel):
         output_hidden_states: bool = False,
     ) -> ClassifierOutput:
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        h, word = out.last_hidden_state, self.albert.embeddings.word_embeddings.weight
+        h, decoder = out.last_hidden_state, _decoder(self.albert)
         if labels is None:
-            return ClassifierOutput(None, self.predictions(h, word), out.hidden_states)
+            return ClassifierOutput(None, self.predictions(h, *decoder), out.hidden_states)
         selected = labels != IGNORE
-        logits = self.predictions(h[selected], word)  # (N, V)
+        logits = self.predictions(h[selected], *decoder)  # (N, V)
         return ClassifierOutput(_ce(logits, labels[selected]), logits, out.hidden_states)
 
 

@@ -50,14 +50,23 @@ class AlbertOutput:
 
 
 class AlbertEmbeddings(nn.Module):
-    """Word + position + token-type embeddings, all of width E (the factorized lookup)."""
+    """Word + position + token-type embeddings, all of width E (the factorized lookup).
+
+    With ``embedding_projection_before_position`` (albert_zh): the word embedding alone is projected
+    E -> H (no bias), and the position / token-type embeddings and the LayerNorm are H wide.
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
+        width = config.hidden_size if config.embedding_projection_before_position else config.embedding_size
         self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
-        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        if config.embedding_projection_before_position:
+            self.word_projection = nn.Linear(config.embedding_size, config.hidden_size, bias=False)
+        else:
+            self.word_projection = None
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
@@ -69,7 +78,10 @@ class AlbertEmbeddings(nn.Module):
         S = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(S, device=input_ids.device).unsqueeze(0)  # (1, S)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)  # (B, S, E)
+        x = self.word_embeddings(input_ids)  # (B, S, E)
+        if self.word_projection is not None:
+            x = self.word_projection(x)  # (B, S, H)
+        x = x + self.position_embeddings(position_ids)  # (B, S, E), or H with word_projection
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -78,7 +90,10 @@ class AlbertEmbeddings(nn.Module):
 
 
 class AlbertAttention(nn.Module):
-    """Multi-head self-attention with a post-LayerNorm residual (spec section 2, step 4)."""
+    """Multi-head self-attention with a post-LayerNorm residual (spec section 2, step 4).
+
+    ``layer_norm_position="pre"`` (albert_zh preln): x + attention(LayerNorm(x)), nothing normalized after.
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -89,6 +104,7 @@ class AlbertAttention(nn.Module):
         self.value = nn.Linear(H, H)
         self.dense = nn.Linear(H, H)
         self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.pre_norm = config.layer_norm_position == "pre"
         self.attention_dropout = config.attention_probs_dropout_prob
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -109,17 +125,19 @@ class AlbertAttention(nn.Module):
         B, S, H = x.shape
         N, D = self.num_heads, H // self.num_heads
         w, b = qkv if qkv is not None else self.fused_qkv()
+        h = self.LayerNorm(x) if self.pre_norm else x  # what q, k and v are computed from
         if first_only:
             # Keys and values still come from every position; the query, residual and output from one.
-            q = F.linear(x[:, :1], w[:H], b[:H]).view(B, 1, N, D).transpose(1, 2)  # (B, N, 1, D)
-            k, v = (t.transpose(1, 2) for t in F.linear(x, w[H:], b[H:]).view(B, S, 2, N, D).unbind(2))
+            q = F.linear(h[:, :1], w[:H], b[:H]).view(B, 1, N, D).transpose(1, 2)  # (B, N, 1, D)
+            k, v = (t.transpose(1, 2) for t in F.linear(h, w[H:], b[H:]).view(B, S, 2, N, D).unbind(2))
             x = x[:, :1]
         else:
-            q, k, v = (t.transpose(1, 2) for t in F.linear(x, w, b).view(B, S, 3, N, D).unbind(2))  # (B, N, S, D)
+            q, k, v = (t.transpose(1, 2) for t in F.linear(h, w, b).view(B, S, 3, N, D).unbind(2))  # (B, N, S, D)
         p = self.attention_dropout if self.training else 0.0
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, S|1, D)
         ctx = ctx.transpose(1, 2).reshape(B, x.shape[1], H)
-        return self.LayerNorm(x + self.output_dropout(self.dense(ctx)))
+        out = x + self.output_dropout(self.dense(ctx))
+        return out if self.pre_norm else self.LayerNorm(out)
 
 
 class AlbertLayer(nn.Module):
@@ -135,6 +153,7 @@ class AlbertLayer(nn.Module):
         self.ffn = nn.Linear(config.hidden_size, config.intermediate_size)
         self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
         self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.pre_norm = config.layer_norm_position == "pre"
         self.activation = activation(config.hidden_act)
         # The original applies this dropout after the FFN; HF defines it but never applies it.
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -147,6 +166,8 @@ class AlbertLayer(nn.Module):
         first_only: bool = False,
     ) -> torch.Tensor:
         a = self.attention(x, mask, qkv, first_only)  # (B, S, H), or (B, 1, H) with first_only
+        if self.pre_norm:  # a + FFN(LN(a)): the residual stream itself is never normalized
+            return a + self.dropout(self.ffn_output(self.activation(self.ffn(self.full_layer_layer_norm(a)))))
         f = self.ffn_output(self.activation(self.ffn(a)))  # (B, S, H)
         return self.full_layer_layer_norm(a + self.dropout(f))
 
@@ -174,7 +195,7 @@ class AlbertEncoder(nn.Module):
         self.num_layers = L
         self.sharing = config.sharing
         self.gradient_checkpointing = False  # recompute each block in backward (memory for compute)
-        if config.project_embeddings:
+        if config.project_embeddings and not config.embedding_projection_before_position:
             self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
         else:
             self.embedding_hidden_mapping_in = None

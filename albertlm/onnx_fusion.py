@@ -53,6 +53,8 @@ def _ort_attention_forward(self, x, mask, qkv=None, first_only=False):
     w_t, b = qkv if qkv is not None else _ort_fused_qkv(self)
     # The model hands attention an SDPA mask (B, 1, 1, S); the op takes the raw (B, S) int32 mask.
     keep = mask[:, 0, 0, :].to(torch.int32)
+    if self.pre_norm:  # layer_norm_position="pre": x + attention(LN(x)), as AlbertAttention.forward
+        return x + self.dense(_OrtAttention.apply(self.LayerNorm(x), w_t, b, keep, self.num_heads))
     return self.LayerNorm(x + self.dense(_OrtAttention.apply(x, w_t, b, keep, self.num_heads)))
 
 
