@@ -32,7 +32,9 @@ from typing import Any
 import torch
 
 from albertlm.config import AlbertConfig
-from albertlm.hf import HF_ARCHITECTURES, tf_to_hf_name
+from albertlm.errors import CheckpointError
+from albertlm.heads import HEADS as MODEL_HEADS
+from albertlm.hf import tf_to_hf_name
 from albertlm.tf_checkpoint import TFCheckpoint, resolve_prefix
 
 # Variables a training run adds beside the weights (optimizer slots, step and loss-scale counters).
@@ -80,7 +82,7 @@ ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh"}
 COMPAT_KEY, COMPAT_ORIGINAL = "albertlm_compat", "original"  # tokenizer_config.json: encodes as the original
 
 
-class ConversionError(ValueError):
+class ConversionError(CheckpointError):
     """A checkpoint / config / vocabulary that cannot be converted: one line naming the variable or file."""
 
 
@@ -97,7 +99,8 @@ class ConversionReport:
 
     @property
     def transformers_compatible(self) -> bool:
-        return self.config.transformers_compatible and self.architecture in HF_ARCHITECTURES
+        head = MODEL_HEADS.get(self.architecture)
+        return self.config.transformers_compatible and head is not None and head.in_transformers
 
     def summary(self) -> str:
         why = "the albert_zh structure" if not self.config.transformers_compatible else f"{self.architecture}"

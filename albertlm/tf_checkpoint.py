@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from albertlm.errors import CheckpointError
+
 INDEX_SUFFIX = ".index"
 _DATA = re.compile(r"\.data-\d{5}-of-\d{5}$")
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -34,7 +36,7 @@ DTYPES: dict[int, tuple[str, str | None]] = {
 }
 
 
-class CheckpointFormatError(ValueError):
+class CheckpointFormatError(CheckpointError):
     """A file that is not (or no longer) a readable TensorFlow V2 checkpoint: names the file and the fix."""
 
 

@@ -344,20 +344,21 @@ def test_albert_zh_structure_fine_tunes_exports_and_serves(name, tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from albertlm.export import Predictor, export_onnx  # Predictor: imported only here (may move to inference)
+    from albertlm.export import export_onnx
     from albertlm.finetune import Data, Settings, train
+    from albertlm.inference import Predictor
     from albertlm.serve import create_app
-    from albertlm.tasks import TextExample, get_task
+    from albertlm.tasks import InferenceSettings, TextExample, get_task
 
     vocab = zh_vocab(tmp_path / "vocab.txt")
     convert(name, tmp_path / "converted", vocab=vocab)
     rows = [("我很喜欢这个电影", "1"), ("这个电影不好", "0"), ("他喜欢看书", "1"), ("你不喜欢", "0")] * 4
     examples = [TextExample(text_a=t, label=y, source=f"mem:{i}") for i, (t, y) in enumerate(rows)]
     tok = load_tokenizer(tmp_path / "converted")
-    s = Settings(max_steps=6, batch_size=4, lr=1e-3, warmup=0, max_seq_length=16, eval_batch_size=8, progress=False)
+    s = Settings(max_steps=6, batch_size=4, lr=1e-3, warmup=0, progress=False,
+                 inference=InferenceSettings(max_seq_length=16, eval_batch_size=8))
     data = Data(train=examples, eval=examples[:8], train_path="mem", eval_path="mem", labels=["0", "1"])
-    metrics = train(get_task("chnsenticorp"), data, str(tmp_path / "converted"), tok, tmp_path / "ft", s,
-                    log=lambda *a, **k: None)
+    metrics = train(get_task("chnsenticorp"), data, str(tmp_path / "converted"), tok, tmp_path / "ft", s)
     assert metrics["steps"] == 6 and np.isfinite(metrics["final_train_loss"]) and "accuracy" in metrics["metrics"]
     assert sorted(metrics["newly_initialized_keys"]) == ["classifier.bias", "classifier.weight"]  # rest converted
     tuned = albertlm.AlbertForSequenceClassification.from_pretrained(tmp_path / "ft")
@@ -370,8 +371,8 @@ def test_albert_zh_structure_fine_tunes_exports_and_serves(name, tmp_path):
         manifest = export_onnx(tmp_path / "ft", tmp_path / f"onnx-{graph}", graph=graph)
         assert manifest["fp32_max_abs_diff"] < 1e-4, (graph, manifest["fp32_max_abs_diff"])
     texts = ["我喜欢这个电影", "他不好"]
-    ref = Predictor(tmp_path / "ft", engine="torch").classify(texts)
-    client = TestClient(create_app(Predictor(tmp_path / "onnx-ort", engine="onnx", threads=1)))
+    ref = Predictor.load(tmp_path / "ft", engine="torch").classify(texts)
+    client = TestClient(create_app(Predictor.load(tmp_path / "onnx-ort", engine="onnx", threads=1)))
     r = client.post("/v1/classify", json={"texts": texts})
     assert r.status_code == 200, r.text
     served = r.json()["results"]
