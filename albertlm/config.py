@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from albertlm.errors import ConfigError
+
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 SHARING_MODES = ("all", "attention", "ffn", "none")
 LAYER_NORM_POSITIONS = ("post", "pre")
@@ -114,7 +116,7 @@ class AlbertConfig:
     def validate(self) -> None:
         def need(cond: bool, msg: str) -> None:
             if not cond:
-                raise ValueError(f"AlbertConfig: {msg}")
+                raise ConfigError(f"AlbertConfig: {msg}")
 
         for name in (
             "vocab_size",
@@ -195,7 +197,7 @@ class AlbertConfig:
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> AlbertConfig:
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+            raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     # ------------------------------------------------------------------ HF config.json
@@ -230,7 +232,7 @@ class AlbertConfig:
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> AlbertConfig:
         d = dict(d)
         if d.get("model_type", "albert") != "albert":
-            raise ValueError(f"{source}: model_type is {d['model_type']!r}, expected 'albert'")
+            raise ConfigError(f"{source}: model_type is {d['model_type']!r}, expected 'albert'")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: d.pop(k) for k in list(d) if k in known}
         if "albertlm_num_hidden_groups" in d:
@@ -244,7 +246,7 @@ class AlbertConfig:
         try:
             return cls(**kwargs, extra=extra)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{source}: {e}") from None
+            raise ConfigError(f"{source}: {e}") from None
 
     def save(self, directory: str | Path, architectures: list[str] | None = None) -> Path:
         path = Path(directory) / "config.json"
@@ -266,7 +268,7 @@ class AlbertConfig:
         try:
             d = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+            raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
         return cls.from_dict(d, source=str(path))
 
 
@@ -343,8 +345,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``FIELD=VALUE`` strings (``--set``) -> typed AlbertConfig overrides; the field's type decides the
     parse (``--set hidden_size=64 --set sharing=ffn --set project_embeddings=false``)."""
-    from albertlm.errors import ConfigError
-
     hints = {f.name: str(f.type) for f in dataclasses.fields(AlbertConfig) if f.name != "extra"}
     out: dict[str, Any] = {}
     for item in items:
