@@ -312,7 +312,7 @@ def train(
                 row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
                        "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
                 with open(log_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
                 bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
             if step == total:
                 break
@@ -340,7 +340,7 @@ def train(
         "train_seconds": train_s,
         "final_train_loss": float(np.mean(losses[-50:])),
         "newly_initialized_keys": getattr(model, "newly_initialized_keys", []),
-        "metrics": result,
+        "metrics": metrics.json_ready(result),
     }
     (out / "metrics.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n")
     return final

@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
     ev.add_argument("--limit", type=int, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")
+    ev.add_argument("--official-format", default=None, metavar="DIR",
+                    help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
+                         "null_odds.json) into DIR and print the command that scores them")  # fmt: skip
     _common(ev)
     ev.set_defaults(func=_evaluate)
 
@@ -182,8 +185,13 @@ def _eval_split(task, data: Path, policy, eval_file: Path | None, train_path: Pa
 def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.finetune import evaluate, load_finetuned
     from albertlm.tasks import read_split
+    from albertlm.tasks.metrics import json_ready
 
     task, model, tok, info = load_finetuned(args.model, args.tokenizer, args.task)
+    if args.official_format:
+        from albertlm.tasks.official import official_scorer
+
+        official_scorer(task)  # a task without an official script fails here, before the model runs
     s = _settings(args)
     s.max_seq_length = args.max_seq_length or info.get("max_seq_length") or task.max_seq_length
     policy = _policy(args)
@@ -192,18 +200,23 @@ def _evaluate(args: argparse.Namespace) -> int:
         examples = examples[: args.limit]
     _note_skips(policy, lambda m: print(m, file=sys.stderr))
     result, preds, extra = evaluate(task, model, tok, examples, s)
-    print(json.dumps(result))
+    print(json.dumps(json_ready(result)))  # an undefined score (NaN) is null in JSON
     where = ""
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        summary = {"task": task.name, "file": str(path), "metrics": result}
+        summary = {"task": task.name, "file": str(path), "metrics": json_ready(result)}
         (out / "metrics.json").write_text(json.dumps(summary, indent=2))
         if task.kind in ("qa", "qa_v2"):
             (out / "predictions.json").write_text(json.dumps(preds, ensure_ascii=False, indent=1))
             if "null_scores" in extra:
                 (out / "null_odds.json").write_text(json.dumps(extra["null_scores"], indent=1))
         where = f"; wrote metrics.json to {out}"
+    if args.official_format:
+        from albertlm.tasks.official import write_official
+
+        files = write_official(task, examples, preds, extra.get("null_scores"), Path(args.official_format))
+        print(f"wrote the official script's inputs to {args.official_format}; there: {files.command}", file=sys.stderr)
     main = task.main_metric if task.main_metric in result else next(iter(result))
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
     print(msg, file=sys.stderr)

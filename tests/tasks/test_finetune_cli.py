@@ -136,3 +136,39 @@ def test_bad_input_is_one_line(data, en_tok_dir, tmp_path, capsys):
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--out", "x"]) == 2
     assert "--tokenizer" in capsys.readouterr().err
+
+
+def test_evaluate_official_format(data, en_tok_dir, tmp_path, capsys):
+    """evaluate --official-format: the files the official evaluate-v2.0.py reads, scored by its reference
+    implementation, give the numbers evaluate printed; a task without an official script is refused."""
+    from official_reference import ref_squad_v2
+
+    sq = tmp_path / "squad2"
+    sq.mkdir()
+    for name in ("train-v2.0.json", "dev-v2.0.json"):
+        doc = json.loads((data / "squad_v2_subset" / name).read_text(encoding="utf-8"))
+        doc["data"] = doc["data"][:1]
+        doc["data"][0]["paragraphs"] = doc["data"][0]["paragraphs"][:4]
+        (sq / name).write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "ft"
+    args = ["finetune", "--task", "squad2", "--data", str(sq), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*args, "--out", str(out), *FAST, *tiny_flags()]) == 0
+    capsys.readouterr()
+    off = tmp_path / "official"
+    assert main(["evaluate", "--data", str(sq), "--model", str(out), "--official-format", str(off), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    ours = json.loads(captured.out.splitlines()[0])
+    assert "python evaluate-v2.0.py dev.json predictions.json --na-prob-file null_odds.json" in captured.err
+    load = lambda name: json.loads((off / name).read_text(encoding="utf-8"))  # noqa: E731
+    official = ref_squad_v2(load("dev.json"), load("predictions.json"), load("null_odds.json"))[3]
+    assert official == pytest.approx({k: v for k, v in ours.items() if k != "examples"}, abs=1e-9)
+
+    sst = _sst2_slice(data, tmp_path)
+    base = ["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*base, "--out", str(tmp_path / "sst"), *FAST, *tiny_flags()]) == 0
+    capsys.readouterr()
+    argv = ["evaluate", "--data", str(sst), "--model", str(tmp_path / "sst"), "--official-format", str(tmp_path / "x")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sst2 (classification) has no official evaluation script" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

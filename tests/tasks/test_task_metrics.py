@@ -12,10 +12,8 @@ from pathlib import Path
 import nltk
 import pytest
 from nltk.tokenize import NLTKWordTokenizer
-from nltk.tokenize.punkt import PunktSentenceTokenizer
 from official_reference import (
     NeedsPunktModel,
-    lists_could_decide,
     predictions,
     ref_cmrc,
     ref_cmrc_question,
@@ -154,22 +152,6 @@ def test_cmrc_sentence_end_after_a_word_is_the_one_known_gap():
 
 
 # --- the official definitions, question by question ------------------------------------------------
-@pytest.fixture
-def offline_word_tokenize(monkeypatch):
-    """nltk.word_tokenize itself, its sentence splitter swapped for Punkt without learned parameters,
-    which decides like the English model on every run where ``lists_could_decide`` is false (the script
-    lowercases, so the model's capitalisation evidence never fires)."""
-    untrained = PunktSentenceTokenizer()
-    monkeypatch.setattr(nltk.tokenize, "sent_tokenize", lambda text, language="english": untrained.tokenize(text))
-
-    def tokenize(run: str) -> list[str]:
-        if lists_could_decide(run):
-            raise NeedsPunktModel(run)
-        return nltk.word_tokenize(run)
-
-    return tokenize
-
-
 def test_reference_word_tokenize_is_nltk_word_tokenize(offline_word_tokenize):
     # the patched word_tokenize still goes through nltk's own sentence split + NLTKWordTokenizer
     assert offline_word_tokenize('foo?"bar') == ["foo", "?", "``", "bar"]
