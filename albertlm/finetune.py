@@ -340,9 +340,10 @@ def train(
         "train_seconds": train_s,
         "final_train_loss": float(np.mean(losses[-50:])),
         "newly_initialized_keys": getattr(model, "newly_initialized_keys", []),
-        "metrics": metrics.json_ready(result),
+        "metrics": result,
     }
-    (out / "metrics.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
+    (out / "metrics.json").write_text(text + "\n")
     return final
 
 

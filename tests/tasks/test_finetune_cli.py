@@ -172,3 +172,23 @@ def test_evaluate_official_format(data, en_tok_dir, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "sst2 (classification) has no official evaluation script" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_undefined_correlation_is_null_in_json(en_tok_dir, tmp_path, capsys):
+    """A dev set whose scores are all equal has no correlation: NaN in memory, null in every JSON file."""
+    sts = tmp_path / "stsb"
+    sts.mkdir()
+    rows = [("a man plays a guitar", "a man plays music", "4.0"), ("a cat sleeps", "the dog runs", "0.5")] * 8
+    (sts / "train.tsv").write_text("sentence1\tsentence2\tscore\n" + "".join("\t".join(r) + "\n" for r in rows))
+    (sts / "dev.tsv").write_text("sentence1\tsentence2\tscore\n" + "a\tb\t2.5\nc\td\t2.5\ne\tf\t2.5\n")
+    out = tmp_path / "ft"
+    args = ["finetune", "--task", "stsb", "--data", str(sts), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*args, "--out", str(out), *FAST, *tiny_flags()]) == 0
+    assert "pearson=nan" in capsys.readouterr().out
+    strict = lambda text: json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))  # noqa: E731
+    assert strict((out / "metrics.json").read_text())["metrics"]["pearson"] is None
+    assert all(strict(line)["spearman"] is None for line in (out / "metrics.jsonl").read_text().splitlines())
+    assert main(["evaluate", "--data", str(sts), "--model", str(out), "--out", str(tmp_path / "ev"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert strict(captured.out.splitlines()[0])["pearson"] is None and "pearson=nan" in captured.err
+    assert strict((tmp_path / "ev" / "metrics.json").read_text())["metrics"]["spearman"] is None
