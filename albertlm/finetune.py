@@ -31,6 +31,7 @@ from albertlm.heads import HEADS
 from albertlm.inference import TASK_KEY, Predictor
 from albertlm.optim import build_optimizer, build_scheduler
 from albertlm.tasks import features as F
+from albertlm.tasks import metrics
 from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
 from albertlm.tasks.registry import Task, read_split
@@ -210,7 +211,7 @@ def train(
                 row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
                        "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
                 with open(log_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
                 bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
             if step == total:
                 break
@@ -240,5 +241,6 @@ def train(
         "newly_initialized_keys": getattr(model, "newly_initialized_keys", []),
         "metrics": result,
     }
-    (out / "metrics.json").write_text(json.dumps(final, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
+    (out / "metrics.json").write_text(text + "\n")
     return final

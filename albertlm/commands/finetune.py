@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
     ev.add_argument("--limit", type=int, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")
+    ev.add_argument("--official-format", default=None, metavar="DIR",
+                    help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
+                         "null_odds.json) into DIR and print the command that scores them")  # fmt: skip
     _engine_flags(ev)
     _inference_flags(ev)
     ev.set_defaults(func=_evaluate)
@@ -154,31 +157,44 @@ def _finetune(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.tasks import read_split
+    from albertlm.tasks.metrics import json_ready
 
     predictor = load_predictor(args)
     task = predictor.task
     if task is None:
         raise UserError(f"{args.model} records no task; pass --task NAME (see `albertlm tasks`)")
+    if args.official_format:
+        from albertlm.tasks.official import official_scorer
+
+        official_scorer(task)  # a task without an official script fails here, before the model runs
     policy = _policy(args)
     examples, path = read_split(task, Path(args.data), args.split, policy)
     if args.limit:
         examples = examples[: args.limit]
     _note_skips(policy, lambda m: print(m, file=sys.stderr))
     result, answers = predictor.evaluate(examples)
-    print(json.dumps(result))
+    print(json.dumps(json_ready(result)))  # an undefined score (NaN) is null in JSON
+    spans = nulls = None
+    if "text" in answers[0]:  # span QA: the predictions (and SQuAD 2.0 null scores) the official scripts read
+        spans = {ex.qid: a["text"] for ex, a in zip(examples, answers, strict=True)}
+        if "null_score" in answers[0]:
+            nulls = {ex.qid: a["null_score"] for ex, a in zip(examples, answers, strict=True)}
     where = ""
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        summary = {"task": task.name, "file": str(path), "metrics": result}
+        summary = {"task": task.name, "file": str(path), "metrics": json_ready(result)}
         _write(out / "metrics.json", json.dumps(summary, indent=2))
-        if "text" in answers[0]:  # span QA: the official scripts' prediction files
-            _write(out / "predictions.json", json.dumps({ex.qid: a["text"] for ex, a in zip(examples, answers,
-                                                         strict=True)}, ensure_ascii=False, indent=1))  # fmt: skip
-            if "null_score" in answers[0]:
-                _write(out / "null_odds.json", json.dumps({ex.qid: a["null_score"] for ex, a in zip(examples, answers,
-                                                            strict=True)}, indent=1))  # fmt: skip
+        if spans is not None:  # span QA: the predictions file the official scripts read
+            _write(out / "predictions.json", json.dumps(spans, ensure_ascii=False, indent=1))
+            if nulls is not None:
+                _write(out / "null_odds.json", json.dumps(nulls, indent=1))
         where = f"; wrote metrics.json to {out}"
+    if args.official_format:
+        from albertlm.tasks.official import write_official
+
+        files = write_official(task, examples, spans, nulls, Path(args.official_format))
+        print(f"wrote the official script's inputs to {args.official_format}; there: {files.command}", file=sys.stderr)
     main = task.main_metric if task.main_metric in result else next(iter(result))
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
     print(msg, file=sys.stderr)

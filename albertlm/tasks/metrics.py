@@ -1,16 +1,22 @@
 """Task metrics. Library ones (scikit-learn, scipy, seqeval) where they exist; written here only what no
-maintained library ships: the official SQuAD v1.1 / v2.0 and CMRC 2018 evaluation scripts, ported
-function by function so scores match the leaderboards' numbers.
+maintained library ships: the official SQuAD v1.1 / v2.0 and CMRC 2018 evaluation scripts, re-implemented
+from their definitions so every question scores what the official script gives it (tests check this
+question by question against reference implementations; `albertlm evaluate --official-format DIR`
+writes the files to run the official scripts themselves).
 
 Every metric returns a flat ``{name: float}``; scores are percentages where the official scripts print
-percentages (SQuAD, CMRC), fractions elsewhere (GLUE convention).
+percentages (SQuAD, CMRC), fractions elsewhere (GLUE convention). An undefined score is NaN, as scipy and
+the GLUE scorer report it; ``json_ready`` turns it into ``None`` for JSON files, which have no NaN.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import math
 import re
 import string
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,9 +45,17 @@ def pearson_spearman(preds: Sequence[float], labels: Sequence[float]) -> dict[st
     from scipy.stats import pearsonr, spearmanr
 
     p, y = np.asarray(preds, dtype=np.float64), np.asarray(labels, dtype=np.float64)
-    if len(p) < 2 or p.std() == 0 or y.std() == 0:  # correlation undefined: report 0, not NaN
-        return {"pearson": 0.0, "spearman": 0.0}
-    return {"pearson": float(pearsonr(p, y)[0]), "spearman": float(spearmanr(p, y)[0])}
+    if len(p) < 2:  # scipy refuses fewer than two points; the correlation is undefined
+        return {"pearson": math.nan, "spearman": math.nan}
+    with warnings.catch_warnings():  # a constant side: scipy warns and returns NaN, which is the answer
+        warnings.simplefilter("ignore")
+        return {"pearson": float(pearsonr(p, y)[0]), "spearman": float(spearmanr(p, y)[0])}
+
+
+def json_ready(row: dict) -> dict:
+    """``row`` with every non-finite float (an undefined metric) as ``None``: JSON has no NaN, and
+    ``json.dumps`` would write a bare ``NaN`` that strict parsers reject."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
 
 
 # --- tagging ----------------------------------------------------------------------------------------
@@ -85,8 +99,14 @@ def squad_em(prediction: str, ground_truth: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
+def missing_predictions(predictions: dict[str, str], answers: dict[str, list[str]]) -> list[str]:
+    """Question ids without a prediction, in ``answers`` order (the official scripts name each one)."""
+    return [qid for qid in answers if qid not in predictions]
+
+
 def squad_v1(predictions: dict[str, str], answers: dict[str, list[str]]) -> dict[str, float]:
-    """``answers`` qid -> gold texts; a question without a prediction scores 0 (as the official script)."""
+    """``answers`` qid -> gold texts. A question without a prediction scores 0 and still counts, as the
+    official script does ("Unanswered question ... will receive score 0"; see ``missing_predictions``)."""
     em = f1 = 0.0
     for qid, golds in answers.items():
         if qid not in predictions:
@@ -114,28 +134,56 @@ def _v2_f1(gold: str, pred: str) -> float:
 
 
 def squad_v2(
-    predictions: dict[str, str], answers: dict[str, list[str]], na_probs: dict[str, float] | None = None
+    predictions: dict[str, str],
+    answers: dict[str, list[str]],
+    na_probs: dict[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
 ) -> dict[str, float]:
-    """EM/F1 (``""`` = no answer) plus, given null scores, the best threshold search: best_f1 is F1 when
-    every question whose null score exceeds ``best_f1_thresh`` is answered with no answer."""
-    exact, f1 = {}, {}
-    has_ans = {}
+    """The official script's figures for ``predictions`` (``""`` = no answer) and, given null scores
+    (its ``--na-prob-file``), its threshold rule and best-threshold search.
+
+    A question is answerable when it has any gold answer (``answers[qid]`` non-empty), even one that
+    normalises to nothing (such golds are scored as ``""``). With ``na_probs``, ``exact`` / ``f1`` count a
+    question whose null score exceeds ``na_prob_thresh`` (the script's ``--na-prob-thresh``, default 1.0)
+    as answered with no answer, and best_f1 is F1 when every question whose null score exceeds
+    ``best_f1_thresh`` is. Every question needs a prediction (and a null score): the official script
+    cannot score a partial file, so neither does this."""
+    missing = missing_predictions(predictions, answers)
+    if missing:
+        raise ValueError(f"SQuAD 2.0: no prediction for {len(missing)} of {len(answers)} questions (first: "
+                         f"{missing[0]!r}); the official evaluate-v2.0.py cannot score a partial prediction "
+                         f"file either: predict every question, with \"\" for no answer")  # fmt: skip
+    if na_probs is not None:
+        missing = [q for q in answers if q not in na_probs]
+        if missing:
+            raise ValueError(f"SQuAD 2.0: no null score for {len(missing)} of {len(answers)} questions "
+                             f"(first: {missing[0]!r}); the null-score file must cover every question")  # fmt: skip
+    has_ans = {qid: bool(golds) for qid, golds in answers.items()}
+    exact_raw, f1_raw = {}, {}
     for qid, golds in answers.items():
         golds = [a for a in golds if normalize_answer(a)] or [""]
-        has_ans[qid] = golds != [""]
-        if qid not in predictions:
-            continue
-        exact[qid] = max(float(normalize_answer(a) == normalize_answer(predictions[qid])) for a in golds)
-        f1[qid] = max(_v2_f1(a, predictions[qid]) for a in golds)
-    n = max(len(answers), 1)
-    out = {"exact": 100.0 * sum(exact.values()) / n, "f1": 100.0 * sum(f1.values()) / n, "total": float(n)}
+        pred = predictions[qid]
+        exact_raw[qid] = max(float(normalize_answer(a) == normalize_answer(pred)) for a in golds)
+        f1_raw[qid] = max(_v2_f1(a, pred) for a in golds)
+    exact, f1 = dict(exact_raw), dict(f1_raw)
+    if na_probs is not None:
+        for qid in answers:
+            if na_probs[qid] > na_prob_thresh:  # predicted unanswerable: right iff it is
+                exact[qid] = f1[qid] = float(not has_ans[qid])
+    n = len(answers)
+    out = {
+        "exact": 100.0 * sum(exact.values()) / n if n else 0.0,
+        "f1": 100.0 * sum(f1.values()) / n if n else 0.0,
+        "total": float(n),
+    }
     for name, keep in (("HasAns", True), ("NoAns", False)):
         ids = [q for q in answers if has_ans[q] == keep]
         if ids:
-            out[f"{name}_exact"] = 100.0 * sum(exact.get(q, 0.0) for q in ids) / len(ids)
-            out[f"{name}_f1"] = 100.0 * sum(f1.get(q, 0.0) for q in ids) / len(ids)
+            out[f"{name}_exact"] = 100.0 * sum(exact[q] for q in ids) / len(ids)
+            out[f"{name}_f1"] = 100.0 * sum(f1[q] for q in ids) / len(ids)
+            out[f"{name}_total"] = float(len(ids))
     if na_probs is not None:
-        for name, scores in (("exact", exact), ("f1", f1)):
+        for name, scores in (("exact", exact_raw), ("f1", f1_raw)):
             best, thresh = _best_thresh(predictions, scores, na_probs, has_ans)
             out[f"best_{name}"], out[f"best_{name}_thresh"] = best, thresh
     return out
@@ -144,7 +192,8 @@ def squad_v2(
 def _best_thresh(
     preds: dict[str, str], scores: dict[str, float], na_probs: dict[str, float], has_ans: dict[str, bool]
 ) -> tuple[float, float]:
-    # Walk questions by increasing null score; each step flips one more question to "answered".
+    # Walk questions by increasing null score (ties in file order, as sorted() keeps them); each step
+    # flips one more question from "no answer" to its prediction.
     cur = best = float(sum(1 for q in has_ans if not has_ans[q]))
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -161,18 +210,55 @@ def _best_thresh(
 
 
 # --- CMRC 2018 (official cmrc2018_evaluate.py) ------------------------------------------------------
+# the script's list, with its two-character "……" that no single character ever equals
 _CMRC_PUNCT = frozenset(
     ["-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=", "，", "。", "：", "？", "！", "“", "”", "；", "’",
      "《", "》", "……", "·", "、", "「", "」", "（", "）", "－", "～", "『", "』"]
 )  # fmt: skip
 _CJK = re.compile(r"[\u4e00-\u9fa5]")
-# nltk.word_tokenize in the official script; for the ASCII runs between Chinese characters (numbers,
-# names, units) a word/punctuation split gives the same segments without the nltk dependency.
-_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class _EveryType(frozenset):
+    """Punkt parameters that call every word type an abbreviation (see ``_word_tokenize``)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+@functools.cache
+def _nltk_tokenizers():  # noqa: ANN202 - (sentence splitter, word tokenizer); nltk imported on first use
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    params = PunktParameters()
+    params.abbrev_types = _EveryType()
+    return PunktSentenceTokenizer(params), NLTKWordTokenizer()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_tokenize(run: str) -> tuple[str, ...]:
+    """``nltk.word_tokenize(run)`` as the official script calls it, without the Punkt model it needs.
+
+    word_tokenize splits ``run`` into sentences with Punkt's English model (data downloaded apart from
+    nltk), then tokenizes each sentence with ``NLTKWordTokenizer``, which splits a final period off
+    only at the end of a sentence. Here the sentences come from nltk's own Punkt algorithm with one change:
+    every word type counts as an abbreviation, so a token ending in "." never ends a sentence. Elsewhere
+    the model's learned lists (abbreviations, collocations, sentence starters, casing statistics) cannot
+    change the decision on the script's lowercased text: boundaries after "?", "!" and a lone "." are
+    kept, an ellipsis before a lowercase word never is. Where the English model does end a sentence after
+    a "."-final word token followed by more text in one non-Chinese run ("learning. machine": "learning"
+    is no abbreviation it knows), the script gets "learning", "." and this gets "learning."; after the
+    abbreviations it learned ("mr. smith") and after initials ("henry a. walsh", the only such runs in CMRC
+    2018 dev answers) the two agree. Tests pin both sides. The tokenizer's rules also changed across nltk
+    versions (dashes, quotes), hence the pinned range in pyproject.toml; see docs/results/qa_scorers/.
+    """
+    sentences, words = _nltk_tokenizers()
+    return tuple(t for sent in sentences.tokenize(run) for t in words.tokenize(sent))
 
 
 def mixed_segmentation(text: str, rm_punc: bool = False) -> list[str]:
-    """Chinese characters one by one, other runs split into words."""
+    """The official segmentation: lowercased, each Chinese character (U+4E00-U+9FA5) and each listed
+    punctuation mark a segment, the runs of other characters between them tokenized by nltk."""
     segs: list[str] = []
     run = ""
     for ch in str(text).lower().strip():
@@ -180,13 +266,13 @@ def mixed_segmentation(text: str, rm_punc: bool = False) -> list[str]:
             continue
         if _CJK.search(ch) or ch in _CMRC_PUNCT:
             if run:
-                segs.extend(_WORD.findall(run))
+                segs.extend(_word_tokenize(run))
                 run = ""
             segs.append(ch)
         else:
             run += ch
     if run:
-        segs.extend(_WORD.findall(run))
+        segs.extend(_word_tokenize(run))
     return segs
 
 
@@ -227,6 +313,8 @@ def cmrc_em(answers: list[str], prediction: str) -> float:
 
 
 def cmrc2018(predictions: dict[str, str], answers: dict[str, list[str]]) -> dict[str, float]:
+    """A question without a prediction scores 0 and still counts, as in the official script (which
+    prints "Unanswered question" and counts it in SKIP; see ``missing_predictions``)."""
     em = f1 = 0.0
     for qid, golds in answers.items():
         if qid in predictions:

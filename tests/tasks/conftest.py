@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from official_reference import NeedsPunktModel, lists_could_decide
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 DATA = SHARED / "data"
@@ -49,3 +50,22 @@ def zh_tok_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("zh_tok")
     train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=6000)
     return root / "tok"
+
+
+@pytest.fixture
+def offline_word_tokenize(monkeypatch):
+    """nltk.word_tokenize itself, its sentence splitter swapped for Punkt without learned parameters,
+    which decides like the English model on every run where ``lists_could_decide`` is false (the script
+    lowercases, so the model's capitalisation evidence never fires)."""
+    import nltk
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    untrained = PunktSentenceTokenizer()
+    monkeypatch.setattr(nltk.tokenize, "sent_tokenize", lambda text, language="english": untrained.tokenize(text))
+
+    def tokenize(run: str) -> list[str]:
+        if lists_could_decide(run):
+            raise NeedsPunktModel(run)
+        return nltk.word_tokenize(run)
+
+    return tokenize

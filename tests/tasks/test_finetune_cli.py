@@ -159,3 +159,59 @@ def test_weight_decay_reaches_the_optimizer(data, en_tok_dir, tmp_path, monkeypa
     assert main(args) == 0
     decays = {g["weight_decay"] for g in seen[0].param_groups}
     assert decays == {0.0, want} if want else decays == {0.0}  # biases and LayerNorms never decay
+
+
+def test_evaluate_official_format(data, en_tok_dir, tmp_path, capsys):
+    """evaluate --official-format: the files the official evaluate-v2.0.py reads, scored by its reference
+    implementation, give the numbers evaluate printed; a task without an official script is refused."""
+    from official_reference import ref_squad_v2
+
+    sq = tmp_path / "squad2"
+    sq.mkdir()
+    for name in ("train-v2.0.json", "dev-v2.0.json"):
+        doc = json.loads((data / "squad_v2_subset" / name).read_text(encoding="utf-8"))
+        doc["data"] = doc["data"][:1]
+        doc["data"][0]["paragraphs"] = doc["data"][0]["paragraphs"][:4]
+        (sq / name).write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "ft"
+    args = ["finetune", "--task", "squad2", "--data", str(sq), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*args, "--out", str(out), *FAST, *tiny_flags()]) == 0
+    capsys.readouterr()
+    off = tmp_path / "official"
+    assert main(["evaluate", "--data", str(sq), "--model", str(out), "--official-format", str(off)]) == 0
+    captured = capsys.readouterr()
+    ours = json.loads(captured.out.splitlines()[0])
+    assert "python evaluate-v2.0.py dev.json predictions.json --na-prob-file null_odds.json" in captured.err
+    load = lambda name: json.loads((off / name).read_text(encoding="utf-8"))  # noqa: E731
+    official = ref_squad_v2(load("dev.json"), load("predictions.json"), load("null_odds.json"))[3]
+    assert official == pytest.approx({k: v for k, v in ours.items() if k != "examples"}, abs=1e-9)
+
+    sst = _sst2_slice(data, tmp_path)
+    base = ["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*base, "--out", str(tmp_path / "sst"), *FAST, *tiny_flags()]) == 0
+    capsys.readouterr()
+    argv = ["evaluate", "--data", str(sst), "--model", str(tmp_path / "sst"), "--official-format", str(tmp_path / "x")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sst2 has no official evaluation script" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_undefined_correlation_is_null_in_json(en_tok_dir, tmp_path, capsys):
+    """A dev set whose scores are all equal has no correlation: NaN in memory, null in every JSON file."""
+    sts = tmp_path / "stsb"
+    sts.mkdir()
+    rows = [("a man plays a guitar", "a man plays music", "4.0"), ("a cat sleeps", "the dog runs", "0.5")] * 8
+    (sts / "train.tsv").write_text("sentence1\tsentence2\tscore\n" + "".join("\t".join(r) + "\n" for r in rows))
+    (sts / "dev.tsv").write_text("sentence1\tsentence2\tscore\n" + "a\tb\t2.5\nc\td\t2.5\ne\tf\t2.5\n")
+    out = tmp_path / "ft"
+    args = ["finetune", "--task", "stsb", "--data", str(sts), "--model", "albert-tiny", "--tokenizer", str(en_tok_dir)]
+    assert main([*args, "--out", str(out), *FAST, *tiny_flags()]) == 0
+    assert "pearson=nan" in capsys.readouterr().out
+    strict = lambda text: json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))  # noqa: E731
+    assert strict((out / "metrics.json").read_text())["metrics"]["pearson"] is None
+    assert all(strict(line)["spearman"] is None for line in (out / "metrics.jsonl").read_text().splitlines())
+    assert main(["evaluate", "--data", str(sts), "--model", str(out), "--out", str(tmp_path / "ev")]) == 0
+    captured = capsys.readouterr()
+    assert strict(captured.out.splitlines()[0])["pearson"] is None and "pearson=nan" in captured.err
+    assert strict((tmp_path / "ev" / "metrics.json").read_text())["metrics"]["spearman"] is None
