@@ -86,7 +86,7 @@ def test_sop_pairs_balanced_and_really_swapped(en):
     flat, sent, doc, _ = encode_corpus(tok, text)
     cfg = InstanceConfig(max_seq_length=128, single_sentence_random_b=False)
     plan = plan_instances(sent, doc, cfg, np.random.default_rng(0))
-    a0, a1, b0, b1, label = plan.T
+    a0, a1, b0, b1, label, _ = plan.T
     assert len(plan) > 500 and np.all(a1 > a0) and np.all(b1 > b0)
     assert np.all((a1 - a0) + (b1 - b0) <= cfg.max_seq_length - 3)
     n1 = int(label.sum())
@@ -116,7 +116,7 @@ def test_nsp_b_from_another_document(en):
     flat, sent, doc, _ = encode_corpus(tok, text)
     cfg = InstanceConfig(task="nsp", max_seq_length=128, single_sentence_random_b=False)
     plan = plan_instances(sent, doc, cfg, np.random.default_rng(1))
-    a0, a1, b0, b1, label = plan.T
+    a0, a1, b0, b1, label, _ = plan.T
     same = doc_of(a0, sent, doc) == doc_of(b0, sent, doc)
     assert np.all(same[label == 0]) and np.all(a1[label == 0] <= b0[label == 0])
     assert np.mean(~same[label == 1]) > 0.95  # 10 tries at another document, as the original
@@ -197,7 +197,10 @@ def test_ngram_length_distribution(en):
     n_words = 0
     for _, it in items:
         ids = unmasked(it)
-        starts = ws[ids] | np.isin(np.roll(ids, 1), [tok.cls_id, tok.sep_id])  # a word begins after [SEP]
+        # a continuation piece after [SEP] continues the word before it (original); the first piece after
+        # [CLS] always opens a word
+        starts = ws[ids].copy()
+        starts[1] = True
         n_words += int(starts[it["masked_positions"]].sum())
     assert n_words == int(accepted.sum())
 
@@ -210,7 +213,9 @@ def assert_whole_words(items, word_starts_of):
         masked[it["masked_positions"]] = True
         special = np.zeros(len(ids), bool)
         special[[0, int(np.argmax(it["token_type_ids"])) - 1, len(ids) - 1]] = True
-        word_id = np.cumsum(starts | special | np.roll(special, 1))
+        starts = starts & ~special  # words skip [CLS]/[SEP]: one may go on across the [SEP] (original)
+        starts[1] = True
+        word_id = np.cumsum(starts)
         for w in np.unique(word_id[masked]):
             assert masked[(word_id == w) & ~special].all(), "a word was only partly masked"
 
@@ -242,7 +247,7 @@ def test_chinese_jieba_whole_word_masking(zh):
     row_of = {id(it): row for row, it in items}
 
     def starts_of(it, ids):
-        a0, a1, b0, b1, _ = row_of[id(it)]
+        a0, a1, b0, b1, _, _ = row_of[id(it)]
         one = np.ones(1, bool)
         return np.concatenate([one, flags[a0:a1], one, flags[b0:b1], one])
 
