@@ -29,7 +29,7 @@ from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
-from albertlm.optim import build_optimizer, build_scheduler
+from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
 
 
 class TrainingError(RuntimeError):
@@ -49,6 +49,7 @@ class PretrainConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 100
     max_steps: int = 1000
+    lr_schedule: str = "original"  # original (google-research/albert: s/W, then 1 - s/T) | linear (see optim)
     global_batch_size: int = 128  # instances per optimizer step, over all ranks and micro-batches
     micro_batch_size: int = 32  # instances per forward on one rank
     clip_norm: float = 1.0  # global gradient norm (spec section 7)
@@ -80,6 +81,8 @@ class PretrainConfig:
                 f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
                 f"{self.micro_batch_size} x {world} processes; pick a multiple of {per_step}"
             )
+        if self.lr_schedule not in SCHEDULES:
+            raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
         if self.max_steps <= 0 or not 0 <= self.warmup_steps <= self.max_steps:
             raise TrainingError(f"need 0 <= --warmup-steps ({self.warmup_steps}) <= --max-steps ({self.max_steps})")
         return self.global_batch_size // per_step
@@ -275,7 +278,7 @@ class Run:
         # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
         self.wrapped = wrap_model(self.model, info, cfg.fsdp)
         self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.lr, cfg.weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup_steps, cfg.max_steps)
+        self.scheduler = build_scheduler(self.optimizer, cfg.warmup_steps, cfg.max_steps, cfg.lr_schedule)
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.nonfinite, self.tokens_seen = 0, 0, 0

@@ -299,3 +299,57 @@ def test_jsonl_and_paragraph_formats(tmp_path):
     para = tmp_path / "p.txt"
     para.write_text("A b. C d? E\nF.\n\nG h.\n", "utf-8")
     assert list(iter_documents(para, "paragraphs")) == [["A b.", "C d?", "E", "F."], ["G h."]]
+
+
+FIXTURE_TOK = Path(__file__).resolve().parent / "fixtures" / "original" / "en"
+
+
+def _synthetic_files(root: Path, n_files: int = 3, docs: int = 40) -> list[Path]:
+    """Files of equal document counts: documents of 1-4 sentences of common words."""
+    rng = np.random.default_rng(0)
+    words = "the a of river city north war music film year game team song league station line park".split()
+    files = []
+    for f in range(n_files):
+        lines = []
+        for _ in range(docs):
+            for _ in range(int(rng.integers(1, 5))):
+                lines.append(" ".join(rng.choice(words, int(rng.integers(4, 12)))) + ".")
+            lines.append("")
+        (root / f"f{f}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(root / f"f{f}.txt")
+    return files
+
+
+def test_random_b_comes_from_every_shard_and_not_from_worker_layout(tmp_path):
+    """The original draws random-B documents from all documents: shards of a build are one pool, and
+    the output is the same whatever the number of workers."""
+    import json
+
+    from albertlm.data import MANIFEST, PretrainingDataset, build_dataset
+    from albertlm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(FIXTURE_TOK)
+    files = _synthetic_files(tmp_path)
+    cfg = InstanceConfig(task="nsp", max_seq_length=48)
+    built = []
+    for workers in (1, 2):
+        out = tmp_path / f"static{workers}"
+        m = build_dataset(files, tok, out, mode="static", cfg=cfg, dupe_factor=2, workers=workers, seed=5)
+        built.append({p.name: p.read_bytes() for p in sorted((out / m["shard_dir"]).iterdir())})
+    assert len(m["shards"]) == 3 and built[0] == built[1]
+    assert json.loads((tmp_path / "static1" / MANIFEST).read_text())["tokenizer"]["compat"] == "original"
+
+    build_dataset(files, tok, tmp_path / "dyn", mode="dynamic", cfg=cfg, workers=2, seed=5)
+    ds = PretrainingDataset(tmp_path / "dyn")
+    home = np.concatenate([np.full(len(p), k) for k, p in enumerate(ds.plans)])
+    rows = np.concatenate(ds.plans)
+    random_b = rows[:, 4] == 1
+    other = rows[random_b, 5] != home[random_b]
+    # B's document is uniform over the 120 documents but the current one: 80 of 119 lie in other shards
+    expected, n = 80 / 119, int(random_b.sum())
+    assert n > 100 and abs(other.mean() - expected) < 4 * np.sqrt(expected * (1 - expected) / n)
+    # an instance whose B lives in another shard holds exactly those tokens
+    i = int(np.flatnonzero(random_b & (rows[:, 5] != home))[0])
+    item, (a0, a1, b0, b1, _, bk) = ds[i], rows[i]
+    ids = np.where(item["labels"] >= 0, item["labels"], item["input_ids"])
+    assert ids[a1 - a0 + 2 : -1].tolist() == np.asarray(ds.shards[bk]["tokens"][b0:b1]).tolist()

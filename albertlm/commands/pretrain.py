@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay")
     p.add_argument("--max-steps", type=int, help="optimizer steps (default 1000; demo 150)")
     p.add_argument("--warmup-steps", type=int, help="linear warmup steps (default max-steps / 10)")
+    p.add_argument("--lr-schedule", choices=["original", "linear"], default="original",
+                   help="original: s/W warmup then 1 - s/T over the whole run (google-research/albert); "
+                   "linear: decay from the peak at the end of warmup")
     p.add_argument("--global-batch-size", type=int, default=128, help="instances per optimizer step")
     p.add_argument("--micro-batch-size", type=int, default=32, help="instances per forward on one process")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32", help="training precision")
@@ -70,7 +73,8 @@ def _config_from_args(args: argparse.Namespace):
         out=args.out, data=args.data, valid_data=args.valid_data, preset=args.preset, model_overrides=overrides,
         init_from=args.init_from, optimizer=args.optimizer, lr=lr, weight_decay=args.weight_decay,
         warmup_steps=args.warmup_steps if args.warmup_steps is not None else max_steps // 10,
-        max_steps=max_steps, global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size,
+        max_steps=max_steps, lr_schedule=args.lr_schedule, global_batch_size=args.global_batch_size,
+        micro_batch_size=args.micro_batch_size,
         precision=args.precision, compile=args.compile, activation_checkpointing=args.activation_checkpointing,
         fsdp=args.fsdp, pack=args.pack, seed=args.seed, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep_last=args.keep_last,
@@ -112,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.time()
     if args.resume and args.out and (Path(args.out) / "run_config.json").exists():
         saved = json.loads((Path(args.out) / "run_config.json").read_text())
+        saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
         fields = {f.name for f in dataclasses.fields(PretrainConfig)}
         cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in fields})
         if args.max_steps:
