@@ -256,6 +256,10 @@ def test_cli(sp_dir, tmp_path, capsys, monkeypatch):
     assert cli.main(["tokenizer", "encode", "--tokenizer", str(sp_dir), "--text", "Hello", "--pieces"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["ids"][0] == 2 and row["pieces"][-1] == "[SEP]"
+    for compat, has_mask in (("original", False), ("transformers", True)):
+        argv = ["tokenizer", "encode", "--tokenizer", str(sp_dir), "--text", "a [MASK]", "--compat", compat]
+        assert cli.main(argv) == 0
+        assert (4 in json.loads(capsys.readouterr().out)["ids"]) is has_mask
     assert cli.main(["tokenizer", "encode", "--tokenizer", str(tmp_path / "nope"), "--text", "x"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli.main(["tokenizer", "train", "--input", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
