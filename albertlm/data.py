@@ -14,7 +14,8 @@ Layout of a built directory (Megatron-style flat arrays, one shard per input fil
 
 Dynamic mode stores token ids once and draws pairs and masks per epoch (no dupe_factor copies on disk);
 static mode stores ``dupe_factor`` masked copies as the original did. Copy ``d`` of a static build equals
-epoch ``d`` of a dynamic build of the same input and seed.
+epoch ``d`` of a dynamic build of the same input and seed. Random-B segments come from any document of
+the build (``DocumentPool``), so a static build masks in a second pass, once every shard is tokenized.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch
 from albertlm.errors import DataError
 from albertlm.pretraining_data import (
     DocumentEncoder,
+    DocumentPool,
     InstanceConfig,
     SpecialIds,
     build_instance,
@@ -116,6 +118,7 @@ def tokenizer_info(tok) -> dict:
         "cls_id": int(tok.cls_id),
         "sep_id": int(tok.sep_id),
         "mask_id": int(tok.mask_id),
+        "compat": tok.compat,
         "path": str(getattr(tok, "file", "") or ""),
     }
 
@@ -138,12 +141,11 @@ _JOB: dict = {}
 
 
 def _build_unit(unit: _Unit) -> tuple[int, dict, dict]:
-    """One shard from one unit of work: stream its documents, encode in batches, write arrays."""
+    """One shard's token arrays from one unit of work: stream its documents, encode in batches, write."""
     job = _JOB
     tdt = job["token_dtype"]
     stats: Counter = Counter()
     prefix = Path(job["tmp_dir"]) / f"{unit.index:05d}"
-    static = job["mode"] == "static"
     encoder = DocumentEncoder(job["tokenizer"], job["whole_word_zh"])
     # dynamic files double as the static build's scratch space (removed after masking)
     w = {
@@ -184,20 +186,27 @@ def _build_unit(unit: _Unit) -> tuple[int, dict, dict]:
             flush()
     flush()
     files = {k: v.close() for k, v in w.items()}
-    if static:
-        files = _write_static(prefix, unit.index, files, job, stats)
     stats["units"] = 1
     return unit.index, files, dict(stats)
 
 
-def _write_static(prefix: Path, shard: int, scratch: dict, job: dict, stats: Counter) -> dict:
-    """Mask ``dupe_factor`` copies of the shard's instances; copy d uses the epoch-d seeds."""
+def _open_scratch(tmp: str, files: list[dict]) -> list[dict[str, np.ndarray]]:
+    return [
+        {k: _memmap(Path(tmp) / f"{i:05d}.{k}.bin", f) for k, f in fl.items()} for i, fl in enumerate(files)
+    ]
+
+
+def _write_static(shard: int) -> tuple[int, dict, dict]:
+    """Mask ``dupe_factor`` copies of one shard's instances; copy d uses the epoch-d seeds. Runs once all
+    shards are tokenized: random-B segments may come from any of them (read through memory maps)."""
+    job = _JOB
     cfg: InstanceConfig = job["cfg"]
     tdt = job["token_dtype"]
-    flat = np.fromfile(f"{prefix}.tokens.bin", dtype=tdt)
-    sent = np.fromfile(f"{prefix}.sent.bin", dtype=np.int64)
-    doc = np.fromfile(f"{prefix}.doc.bin", dtype=np.int64)
-    wst = np.fromfile(f"{prefix}.wstart.bin", dtype=np.uint8) if "wstart" in scratch else None
+    stats: Counter = Counter()
+    prefix = Path(job["tmp_dir"]) / f"{shard:05d}"
+    arrays = _open_scratch(job["tmp_dir"], job["scratch"])
+    pool = DocumentPool([(a["sent"], a["doc"]) for a in arrays])
+    flat, sent, doc, wst = (arrays[shard].get(k) for k in ("tokens", "sent", "doc", "wstart"))
     ids, vws = job["special"], job["word_start"]
     names = {
         "input_ids": tdt,
@@ -214,9 +223,11 @@ def _write_static(prefix: Path, shard: int, scratch: dict, job: dict, stats: Cou
     w["mask_offsets"].write([0])
     seed = job["seed"]
     for epoch in range(job["dupe_factor"]):
-        plan = plan_instances(sent, doc, cfg, np.random.default_rng([seed, shard, epoch]), stats)
+        plan = plan_instances(sent, doc, cfg, np.random.default_rng([seed, shard, epoch]), stats, pool, shard)
         for j, row in enumerate(plan):
-            item = build_instance(flat, row, wst, vws, cfg, ids, np.random.default_rng([seed, shard, epoch, j]))
+            other = arrays[int(row[5])]
+            item = build_instance(flat, row, wst, vws, cfg, ids, np.random.default_rng([seed, shard, epoch, j]),
+                                  flat_b=other["tokens"], word_start_of_b=other.get("wstart"))
             x = item["input_ids"]
             w["input_ids"].write(x)
             n_ids += len(x)
@@ -231,9 +242,18 @@ def _write_static(prefix: Path, shard: int, scratch: dict, job: dict, stats: Cou
         stats["instances"] += len(plan)
     stats["instance_tokens"] += n_ids
     stats["masked_tokens"] += n_masks
-    for k in scratch:
-        os.unlink(f"{prefix}.{k}.bin")
-    return {k: v.close() for k, v in w.items()}
+    return shard, {k: v.close() for k, v in w.items()}, dict(stats)
+
+
+def _run(fn, tasks: list, workers: int, done) -> None:
+    """``fn`` over ``tasks`` in a fork pool (workers inherit ``_JOB``) or in-process; ``done`` gets results."""
+    if workers > 1 and len(tasks) > 1:
+        with mp.get_context("fork").Pool(min(workers, len(tasks))) as pool:
+            for result in pool.imap_unordered(fn, tasks):
+                done(result)
+    else:
+        for t in tasks:
+            done(fn(t))
 
 
 # ------------------------------------------------------------------------------------------------ build
@@ -244,6 +264,7 @@ def build_dataset(
     tokenizer,
     out_dir: str | Path,
     *,
+    compat: str | None = "original",
     mode: str = "dynamic",
     cfg: InstanceConfig | None = None,
     dupe_factor: int = 1,
@@ -258,7 +279,11 @@ def build_dataset(
     """Build shards from text files into ``out_dir``; returns the manifest (also written there last).
 
     ``whole_word_zh=None`` turns jieba whole-word masking on for character-level (wordpiece) tokenizers.
+    ``compat`` is the tokenizer behaviour the text is encoded with: "original" (what ALBERT pretraining
+    data is), "transformers", or None for the one the tokenizer records.
     """
+    if compat is not None and compat != tokenizer.compat:
+        tokenizer = tokenizer.with_compat(compat)
     cfg = cfg or InstanceConfig()
     cfg.validate()
     if mode not in ("static", "dynamic"):
@@ -313,18 +338,31 @@ def build_dataset(
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="data build", disable=not progress)
-        if workers > 1 and len(units) > 1:
-            # fork: workers inherit the tokenizer and settings; each unit is one task, in any order
-            with mp.get_context("fork").Pool(min(workers, len(units))) as pool:
-                for idx, fl, st in pool.imap_unordered(_build_unit, units):
-                    results[idx] = (fl, st)
-                    bar.update(units[idx].end - units[idx].start)
-        else:
-            for u in units:
-                idx, fl, st = _build_unit(u)
-                results[idx] = (fl, st)
-                bar.update(u.end - u.start)
+
+        def tokenized(result: tuple[int, dict, dict]) -> None:
+            idx, fl, st = result
+            results[idx] = (fl, st)
+            bar.update(units[idx].end - units[idx].start)
+
+        # fork: workers inherit the tokenizer and settings; each unit is one task, in any order
+        _run(_build_unit, units, workers, tokenized)
         bar.close()
+        if mode == "static":
+            _JOB["scratch"] = [results[u.index][0] for u in units]
+            bar = tqdm(total=len(units), unit="shard", desc="masking", disable=not progress)
+
+            def masked(result: tuple[int, dict, dict]) -> None:
+                idx, fl, st = result
+                counts = Counter(results[idx][1])
+                counts.update(st)
+                results[idx] = (fl, dict(counts))
+                bar.update(1)
+
+            _run(_write_static, [u.index for u in units], workers, masked)
+            bar.close()
+            for i, fl in enumerate(_JOB["scratch"]):  # the token arrays were scratch space
+                for k in fl:
+                    os.unlink(tmp / f"{i:05d}.{k}.bin")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -412,8 +450,9 @@ def _memmap(path: Path, f: dict) -> np.ndarray:
 class PretrainingDataset(torch.utils.data.Dataset):
     """O(1) random access to instances of a built directory, static or dynamic.
 
-    Dynamic mode re-plans pairs at ``set_epoch(e)`` from generators seeded ``(seed, shard, e)`` and masks
-    instance ``j`` with ``(seed, shard, e, j)``, so any worker can make any item. Call ``set_epoch``
+    Dynamic mode re-plans pairs at ``set_epoch(e)`` from generators seeded ``(seed, shard, e)`` (random-B
+    segments from any shard) and masks instance ``j`` with ``(seed, shard, e, j)``, so any worker can make
+    any item. Call ``set_epoch``
     before each epoch (in the main process, with non-persistent DataLoader workers). Items are dicts of
     numpy arrays: ``input_ids``, ``token_type_ids``, ``labels`` (-100 = no prediction) and, except for
     task ``none``, ``sentence_order_label``. Static mode serves all stored dupe copies every epoch, as the
@@ -458,9 +497,11 @@ class PretrainingDataset(torch.utils.data.Dataset):
         if self.mode == "static":
             sizes = [len(a["offsets"]) - 1 for a in self.shards]
         else:
+            pool = DocumentPool([(a["sent"], a["doc"]) for a in self.shards])
             self.plans = [
                 plan_instances(
-                    np.asarray(a["sent"]), np.asarray(a["doc"]), self.cfg, np.random.default_rng([self.seed, i, epoch])
+                    np.asarray(a["sent"]), np.asarray(a["doc"]), self.cfg, np.random.default_rng([self.seed, i, epoch]),
+                    pool=pool, shard=i,
                 )
                 for i, a in enumerate(self.shards)
             ]
@@ -480,8 +521,11 @@ class PretrainingDataset(torch.utils.data.Dataset):
         pair = self.cfg.task != "none"
         if self.mode == "dynamic":
             rng = np.random.default_rng([self.seed, k, self.epoch, j])
+            row = self.plans[k][j]
+            b = self.shards[int(row[5])]
             it = build_instance(
-                a["tokens"], self.plans[k][j], a.get("wstart"), self.word_start, self.cfg, self.special, rng
+                a["tokens"], row, a.get("wstart"), self.word_start, self.cfg, self.special, rng,
+                flat_b=b["tokens"], word_start_of_b=b.get("wstart"),
             )
             ids, pos, lab = it["input_ids"], it["masked_positions"], it["masked_labels"]
             token_type = it["token_type_ids"]

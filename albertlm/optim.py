@@ -1,5 +1,10 @@
 """Optimizers and schedules: LAMB exactly as the original ALBERT release, AdamW, warmup + linear decay.
 
+Schedules (a multiplier of the peak lr at step s, the number of updates done; W warmup, T total steps):
+    original  s/W while s < W, then (1 - s/T): the original's optimization.py, polynomial decay over the
+              whole run that warmup overrides, so the lr is 0 at step 0 and (1 - W/T) of the peak at W
+    linear    (s+1)/W while s < W, then (T - s)/(T - W): decay from the peak at W (albertlm before issue 22)
+
 LAMB (spec section 7; google-research/albert lamb_optimizer.py): no bias correction,
     m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
     u = m / (sqrt(v) + eps) + wd * w                    (wd only for decayed parameters)
@@ -97,6 +102,21 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float 
     raise ValueError(f"unknown optimizer {name!r}; choose lamb or adamw")
 
 
+SCHEDULES = ("original", "linear")
+
+
+def original_schedule(warmup_steps: int, total_steps: int, power: float = 1.0):
+    """lr multiplier of the original's ``create_optimizer`` (optimization.py lines 34-64): polynomial decay
+    ``(1 - min(s, T)/T)^power`` to 0 at T, replaced by ``s/W`` while ``s < W``."""
+
+    def factor(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return step / warmup_steps
+        return (1.0 - min(step, total_steps) / total_steps) ** power
+
+    return factor
+
+
 def warmup_linear(warmup_steps: int, total_steps: int, power: float = 1.0):
     """lr multiplier: linear warmup to 1, then polynomial (linear by default) decay to 0 at total_steps."""
 
@@ -110,11 +130,24 @@ def warmup_linear(warmup_steps: int, total_steps: int, power: float = 1.0):
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, schedule: str = "linear"
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    """``schedule`` is one of ``SCHEDULES`` (see the module docstring); the lr of update s (0-based) is
+    the peak times factor(s), as the original's global_step counts the updates already applied."""
     if total_steps <= 0 or warmup_steps < 0 or warmup_steps > total_steps:
         raise ValueError(f"need 0 <= warmup ({warmup_steps}) <= total steps ({total_steps}) and total > 0")
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(warmup_steps, total_steps))
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown lr schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    factor = original_schedule if schedule == "original" else warmup_linear
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor(warmup_steps, total_steps))
 
 
-__all__ = ["Lamb", "build_optimizer", "build_scheduler", "parameter_groups", "warmup_linear"]
+__all__ = [
+    "SCHEDULES",
+    "Lamb",
+    "build_optimizer",
+    "build_scheduler",
+    "original_schedule",
+    "parameter_groups",
+    "warmup_linear",
+]

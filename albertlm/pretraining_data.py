@@ -2,14 +2,17 @@
 
 Text files -> documents (lists of sentences) -> token ids -> instance *plans* -> n-gram whole-word masks.
 
-A plan row is five integers ``(a_start, a_end, b_start, b_end, label)``: token ranges into the flat token
-array of one shard. Pairs are always contiguous token ranges (A and B are runs of consecutive sentences,
-truncation only trims their ends), so planning needs only sentence lengths and the same plan drives both
-static builds (masks written once per dupe copy) and dynamic datasets (masks drawn per epoch).
+A plan row is six integers ``(a_start, a_end, b_start, b_end, label, b_shard)``: token ranges into the
+flat token arrays of the shard being planned (A) and of shard ``b_shard`` (B; another shard only for a
+random-B segment, which the original draws from all documents of the corpus). Pairs are always contiguous
+token ranges (A and B are runs of consecutive sentences, truncation only trims their ends), so planning
+needs only sentence lengths and the same plan drives both static builds (masks written once per dupe
+copy) and dynamic datasets (masks drawn per epoch).
 
 Randomness: every choice comes from ``numpy.random.Generator``s seeded from ``(seed, shard, epoch)``
-(planning) and ``(seed, shard, epoch, instance)`` (masking), so output never depends on worker counts.
-The original draws n-gram sizes from numpy's unseeded global RNG (spec s6); ours is reproducible.
+(planning) and ``(seed, shard, epoch, instance)`` (masking), and random-B documents are drawn from the
+``DocumentPool`` of the whole build, so output never depends on worker counts. The original draws n-gram
+sizes from numpy's unseeded global RNG (spec s6); ours is reproducible.
 """
 
 from __future__ import annotations
@@ -329,25 +332,47 @@ def _truncate(la: int, lb: int, max_num_tokens: int) -> tuple[int, int]:
     return ra + rest // 2, rb + rest - rest // 2
 
 
+class DocumentPool:
+    """Every document of a build, one ``(sent_offsets, doc_offsets)`` pair per shard, numbered globally in
+    shard order: random-B segments come from any of them, as the original's ``all_documents`` (spec s6)."""
+
+    def __init__(self, shards: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.sent = [s for s, _ in shards]
+        self.doc = [d for _, d in shards]
+        self.base = np.concatenate(([0], np.cumsum([len(d) - 1 for d in self.doc]))).astype(np.int64)
+        self.n_docs = int(self.base[-1])
+
+    def locate(self, g: int) -> tuple[int, int]:
+        """(shard, document within the shard) of global document ``g``."""
+        k = int(np.searchsorted(self.base, g, side="right")) - 1
+        return k, g - int(self.base[k])
+
+
 def plan_instances(
     sent_offsets: np.ndarray,
     doc_offsets: np.ndarray,
     cfg: InstanceConfig,
     rng: np.random.Generator,
     stats: Counter | None = None,
+    pool: DocumentPool | None = None,
+    shard: int = 0,
 ) -> np.ndarray:
-    """Plan rows (N, 5) int64 ``a_start, a_end, b_start, b_end, label`` for all documents of a shard.
+    """Plan rows (N, 6) int64 ``a_start, a_end, b_start, b_end, label, b_shard`` for the documents of shard
+    ``shard`` of ``pool`` (a pool of this shard alone when None).
 
     ``sent_offsets`` (S+1) are token offsets of sentences, ``doc_offsets`` (D+1) sentence offsets of
-    documents. Follows create_instances_from_document of the original (spec s6); NSP's random document
-    is drawn from the same shard (the original: from all documents one process holds).
+    documents. Follows create_instances_from_document of the original (spec s6): a random B (NSP's, or a
+    one-sentence chunk's) comes from a document drawn uniformly from all documents of the pool.
     """
     stats = Counter() if stats is None else stats
     so, do = sent_offsets.tolist(), doc_offsets.tolist()
     n_docs = len(do) - 1
+    if pool is None:
+        pool, shard = DocumentPool([(sent_offsets, doc_offsets)]), 0
+    base = int(pool.base[shard])
     pair = cfg.task != "none"
     max_num_tokens = cfg.max_seq_length - (3 if pair else 2)
-    rows: list[tuple[int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int]] = []
     for d in range(n_docs):
         s0, s1 = do[d], do[d + 1]
         if s1 <= s0:
@@ -364,7 +389,7 @@ def plan_instances(
                     a0, a1 = so[c0], so[c1]
                     r = max(0, a1 - a0 - max_num_tokens)
                     f = int(rng.binomial(r, 0.5)) if r else 0
-                    rows.append((a0 + f, a1 - (r - f), a1, a1, 0))
+                    rows.append((a0 + f, a1 - (r - f), a1, a1, 0, shard))
                     c0, i = c1, c1
                     continue
                 a_end = c0 + 1 if c1 - c0 < 2 else c0 + int(rng.integers(1, c1 - c0))
@@ -379,30 +404,33 @@ def plan_instances(
                         stats["single_sentence_chunks_random_b"] += 1
                     target_b = target - (a1 - a0)
                     for _ in range(10):
-                        rd = int(rng.integers(n_docs))
-                        if rd != d:
+                        rd = int(rng.integers(pool.n_docs))
+                        if rd != base + d:
                             break
-                    r0, r1 = do[rd], do[rd + 1]
+                    b_shard, rd = pool.locate(rd)
+                    bso, bdo = (so, do) if b_shard == shard else (pool.sent[b_shard], pool.doc[b_shard])
+                    r0, r1 = int(bdo[rd]), int(bdo[rd + 1])
                     j = r0 + int(rng.integers(r1 - r0))
-                    b0 = so[j]
+                    b0 = int(bso[j])
                     while j < r1:
                         j += 1
-                        if so[j] - b0 >= target_b:
+                        if int(bso[j]) - b0 >= target_b:
                             break
-                    b1, label = so[j], 1
+                    b1, label = int(bso[j]), 1
                     # the sentences after A were not used: they start the next chunk (original)
                     i = a_end - 1
                 elif cfg.task == "sop" and rng.random() < 0.5:
                     (a0, a1), (b0, b1), label = (so[a_end], so[c1]), (a0, a1), 1  # swapped order
+                    b_shard = shard
                 else:
-                    b0, b1, label = so[a_end], so[c1], 0
+                    b0, b1, label, b_shard = so[a_end], so[c1], 0, shard
                 ra, rb = _truncate(a1 - a0, b1 - b0, max_num_tokens)
                 fa = int(rng.binomial(ra, 0.5)) if ra else 0  # each trimmed token: front or back at p=.5
                 fb = int(rng.binomial(rb, 0.5)) if rb else 0
-                rows.append((a0 + fa, a1 - (ra - fa), b0 + fb, b1 - (rb - fb), label))
+                rows.append((a0 + fa, a1 - (ra - fa), b0 + fb, b1 - (rb - fb), label, b_shard))
                 c0 = i + 1
             i += 1
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
 
 
 # ----------------------------------------------------------------------------------------------- masking
@@ -433,23 +461,28 @@ def mask_tokens(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n-gram whole-word masking of one sequence: returns (masked input ids, positions, original ids).
 
-    ``special`` flags [CLS]/[SEP], which are never masked and end words (the original appends a
-    continuation piece after [SEP] to the word before it; we start a new word there). ``ngram_log``
-    collects ``(n available, n drawn, n accepted or 0)`` per candidate, for the statistical tests.
+    As the original ``create_masked_lm_predictions`` (create_pretraining_data.py lines 426-598):
+    ``special`` flags [CLS]/[SEP], which are never masked and are skipped when words are formed, so a
+    continuation piece right after [SEP] joins the word before it (line 446-448); a word is a start piece
+    and the continuation pieces after it. Candidates are visited in a random order; each draws n from
+    p(n) proportional to 1/n over the full 1..ngram even near the end of the sequence, where the n-gram is
+    cut to the words left (the truncated slices of line 479). ``ngram_log`` collects
+    ``(n available, n drawn, n accepted or 0)`` per candidate, for the statistical tests.
     """
     n_tok = len(tokens)
     cand = ~special
-    starts = cand & (word_starts | np.concatenate(([True], special[:-1])))
+    starts = cand & word_starts
+    first = np.flatnonzero(cand)[:1]
+    starts[first] = True  # the first candidate always opens a word (line 446: no word to continue yet)
     wstart = np.flatnonzero(starts)
-    bounds = np.flatnonzero(starts | special)
-    bounds = np.append(bounds, n_tok)
-    wend = bounds[np.searchsorted(bounds, wstart, side="right")]
+    bound = np.append(wstart, n_tok)  # word w spans the candidates in [bound[w], bound[w + 1])
+    n_cand = np.concatenate(([0], np.cumsum(cand)))
     n_words = len(wstart)
     budget = min(cfg.max_predictions_per_seq, max(1, int(round(n_tok * cfg.masked_lm_prob))))
     empty = np.zeros(0, dtype=np.int64)
     if n_words == 0:
         return tokens.copy(), empty, empty
-    cum = [np.cumsum(ngram_probs(k)) for k in range(1, cfg.ngram + 1)]
+    cum = np.cumsum(ngram_probs(cfg.ngram))
     order = rng.permutation(n_words)
     u = rng.random(n_words)
     covered = np.zeros(n_tok, dtype=bool)
@@ -459,12 +492,12 @@ def mask_tokens(
         if count >= budget:
             break
         avail = min(cfg.ngram, n_words - w)
-        n = int(np.searchsorted(cum[avail - 1], u[t] * cum[avail - 1][-1], side="right")) + 1
-        n = drawn = min(n, avail)
+        drawn = min(int(np.searchsorted(cum, u[t] * cum[-1], side="right")) + 1, cfg.ngram)
+        n = min(drawn, avail)
         # as the original: try shorter n-grams while this one exceeds the budget, else skip it
-        while n > 1 and count + int(cand[wstart[w] : wend[w + n - 1]].sum()) > budget:
+        while n > 1 and count + int(n_cand[bound[w + n]] - n_cand[bound[w]]) > budget:
             n -= 1
-        lo, hi = int(wstart[w]), int(wend[w + n - 1])
+        lo, hi = int(bound[w]), int(bound[w + n])
         pos = np.arange(lo, hi)[cand[lo:hi]]
         ok = count + len(pos) <= budget and not covered[pos].any()
         if ngram_log is not None:
@@ -495,20 +528,25 @@ def build_instance(
     ids: SpecialIds,
     rng: np.random.Generator,
     ngram_log: list[tuple[int, int, int]] | None = None,
+    flat_b: np.ndarray | None = None,
+    word_start_of_b: np.ndarray | None = None,
 ) -> dict[str, np.ndarray | int]:
     """Materialise one plan row: ``[CLS] A [SEP] B [SEP]`` (or ``[CLS] A [SEP]``), masked.
 
     ``word_start_of`` are stored per-token word-start flags (jieba), else the vocabulary's flags apply.
+    ``flat_b`` / ``word_start_of_b`` are those of shard ``row[5]`` when B lies in another shard.
     """
-    a0, a1, b0, b1, label = (int(x) for x in row)
-    a, b = np.asarray(flat[a0:a1], dtype=np.int64), np.asarray(flat[b0:b1], dtype=np.int64)
+    a0, a1, b0, b1, label = (int(x) for x in row[:5])
+    if flat_b is None:
+        flat_b, word_start_of_b = flat, word_start_of
+    a, b = np.asarray(flat[a0:a1], dtype=np.int64), np.asarray(flat_b[b0:b1], dtype=np.int64)
     pair = cfg.task != "none"
     parts = [[ids.cls_id], a, [ids.sep_id]] + ([b, [ids.sep_id]] if pair else [])
     tokens = np.concatenate(parts).astype(np.int64)
     special = np.zeros(len(tokens), dtype=bool)
     special[[0, len(a) + 1, len(tokens) - 1]] = True
     if word_start_of is not None:
-        ws_parts = [np.asarray(word_start_of[a0:a1], bool), np.asarray(word_start_of[b0:b1], bool)]
+        ws_parts = [np.asarray(word_start_of[a0:a1], bool), np.asarray(word_start_of_b[b0:b1], bool)]
     else:
         ws_parts = [vocab_word_start[a], vocab_word_start[b]]
     one = np.ones(1, dtype=bool)

@@ -1,10 +1,17 @@
 """SentencePiece (English ALBERT) and WordPiece (Chinese ALBERT) behind one interface (spec section 5).
 
-Both produce the ids that ``transformers`` gives for the same files (``AlbertTokenizer`` for
-``spiece.model``, ``BertTokenizer`` for ``vocab.txt``), with one deliberate exception that follows the
-original ALBERT code rather than HF: the digit-comma split (see ``SentencePieceTokenizer``).
-``tests/test_tokenizer.py`` holds the parity tests. Special-token strings in the text (``[MASK]``,
-``<unk>``, ...) map to their ids, as in HF; the corpus keeps WikiText's ``<unk>`` for exactly this.
+Each tokenizer follows one of two behaviours where the original ALBERT code and ``transformers`` differ,
+recorded as ``"albertlm_compat"`` in ``tokenizer_config.json``:
+
+- ``original``: google-research/albert ``tokenization.py``, what the released models saw in pretraining and
+  fine-tuning: its ``preprocess_text`` (no quote normalisation), its digit-comma re-split with the "▁" it
+  never strips, special-token strings in text as plain text (``<unk>`` -> ``▁ < un k >``), WordPiece words
+  of up to 200 characters. Tokenizers trained by ``albertlm tokenizer train`` and converted original
+  checkpoints use it; ``tests/test_original_parity.py`` checks it against fixtures made by the original.
+- ``transformers``: the ids ``transformers`` gives (``AlbertTokenizer`` for ``spiece.model``,
+  ``BertTokenizer`` for ``vocab.txt``): special strings in text map to their ids, `````` and ``''`` become
+  ``"``, no digit-comma split, 100-character WordPiece words. A directory without the key (any HF
+  checkpoint) loads this way; ``tests/test_tokenizer.py`` holds the parity tests.
 
     tok = load_tokenizer("path/to/spiece.model")        # or a directory holding spiece.model / vocab.txt
     ids, types = tok.encode_pair("first segment", "second segment", max_length=128)
@@ -33,8 +40,19 @@ SPM_FILE, VOCAB_FILE, CONFIG_FILE = "spiece.model", "vocab.txt", "tokenizer_conf
 ALBERT_USER_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
 # Single punctuation pieces count as word starts in the original whole-word masking (_is_start_piece).
 _TOKEN_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+COMPAT_KEY = "albertlm_compat"
+COMPAT_MODES = ("original", "transformers")
+# create_pretraining_data.py line 395: the punctuation pieces of _is_start_piece_sp (no apostrophe: the
+# Python literal is single-quoted). Its € and £ entries are bytes (line 396-397) and never match a str piece.
 _START_PUNCT = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+_START_ALLOWED = _START_PUNCT | frozenset("abcdefghijklmnopqrstuvwxyz")
 _DIGIT_COMMA = re.compile(r"\d,")
+
+
+def _check_compat(compat: str, where: str = "albertlm_compat") -> str:
+    if compat not in COMPAT_MODES:
+        raise ValueError(f"{where}: {compat!r} is not a tokenizer behaviour; use one of {', '.join(COMPAT_MODES)}")
+    return compat
 
 
 class Tokenizer(ABC):
@@ -48,6 +66,7 @@ class Tokenizer(ABC):
     sep_id: int
     mask_id: int
     lowercase: bool
+    compat: str  # "original" (google-research/albert) or "transformers": see the module docstring
     file: Path  # the vocabulary file this tokenizer was loaded from
     file_name: str  # the name HF expects it under: spiece.model or vocab.txt
 
@@ -76,6 +95,10 @@ class Tokenizer(ABC):
     def _hf_config(self) -> dict:
         ...
 
+    @abstractmethod
+    def with_compat(self, compat: str) -> Tokenizer:
+        """The same vocabulary and settings, following ``compat`` ("original" or "transformers")."""
+
     def save(self, directory: str | Path) -> None:
         """The vocabulary file plus a ``tokenizer_config.json`` that ``AutoTokenizer`` understands."""
         directory = Path(directory)
@@ -83,7 +106,7 @@ class Tokenizer(ABC):
         target = directory / self.file_name
         if self.file.resolve() != target.resolve():
             shutil.copyfile(self.file, target)
-        config = {**self._hf_config(), "model_max_length": 512}
+        config = {**self._hf_config(), "model_max_length": 512, COMPAT_KEY: self.compat}
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         (directory / CONFIG_FILE).write_text(text, encoding="utf-8")
 
@@ -171,7 +194,7 @@ class Tokenizer(ABC):
         return load_tokenizer(directory)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, lowercase={self.lowercase}, compat={self.compat})"
 
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
@@ -193,28 +216,32 @@ def _combining_marks() -> re.Pattern:
     return re.compile("[" + "".join(re.escape(m) for m in marks) + "]")
 
 
-def preprocess_text(text: str, lowercase: bool = True, keep_accents: bool = False) -> str:
-    """ALBERT's ``tokenization.preprocess_text``: collapse whitespace, ``` `` ``` and ``''`` to ``"``,
-    NFKD and drop combining marks (accents), lowercase. Used identically for training and encoding."""
-    text = " ".join(text.split()).replace("``", '"').replace("''", '"')
+def preprocess_text(text: str, lowercase: bool = True, keep_accents: bool = False, quotes: bool = True) -> str:
+    """ALBERT's ``tokenization.preprocess_text``: collapse whitespace, NFKD and drop combining marks
+    (accents), lowercase. ``quotes`` also turns ``` `` ``` and ``''`` into ``"`` as transformers (and XLNet)
+    do; the original ALBERT does not (tokenization.py lines 33-50). Used identically for training and encoding."""
+    text = " ".join(text.split())
+    if quotes:
+        text = text.replace("``", '"').replace("''", '"')
     if not keep_accents and not text.isascii():  # NFKD is the identity on ASCII: skip the work
         text = _combining_marks().sub("", unicodedata.normalize("NFKD", text))
     return text.lower() if lowercase else text
 
 
 class SentencePieceTokenizer(Tokenizer):
-    """ALBERT's ``spiece.model``: ALBERT preprocessing, the unigram model, then the digit-comma split.
-
-    The original ``encode_pieces`` re-splits a piece ending in ``<digit>,`` (e.g. ``▁194`` ``2,`` becomes
-    ``▁194`` ``2`` ``,``) so numbers are not glued to the comma. HF's slow AlbertTokenizer did the same;
-    the ``tokenizers``-based one in transformers 5 does not, so on such lines our ids differ from HF's by
-    exactly that split (the parity test checks that this is the only difference).
-    """
+    """ALBERT's ``spiece.model``: ALBERT preprocessing, the unigram model and, under ``compat="original"``,
+    the original's digit-comma re-split (see ``_digit_comma_original``)."""
 
     kind = "sentencepiece"
     file_name = SPM_FILE
 
-    def __init__(self, model_file: str | Path, lowercase: bool = True, keep_accents: bool = False):
+    def __init__(
+        self,
+        model_file: str | Path,
+        lowercase: bool = True,
+        keep_accents: bool = False,
+        compat: str = "transformers",
+    ):
         import sentencepiece as spm
 
         path = _existing_file(model_file, "a SentencePiece model (spiece.model)")
@@ -227,6 +254,7 @@ class SentencePieceTokenizer(Tokenizer):
                 "with `albertlm tokenizer train --kind sentencepiece`"
             ) from None
         self.file, self.lowercase, self.keep_accents = path, lowercase, keep_accents
+        self.compat = _check_compat(compat)
         self.vocab_size = self.sp.get_piece_size()
         self.unk_id = self.sp.unk_id()
         ids = {p: self.sp.piece_to_id(p) for p in ("<pad>", "[CLS]", "[SEP]", "[MASK]")}
@@ -245,36 +273,46 @@ class SentencePieceTokenizer(Tokenizer):
         self._special_re = re.compile("(" + "|".join(re.escape(p) for p in alts) + ")")
         self._threads = max(1, min(8, os.cpu_count() or 1))
 
-    def _pieces_with_digit_comma_split(self, text: str) -> list[int]:
+    def with_compat(self, compat: str) -> SentencePieceTokenizer:
+        return SentencePieceTokenizer(self.file, self.lowercase, self.keep_accents, compat)
+
+    def _preprocess(self, text: str) -> str:
+        return preprocess_text(text, self.lowercase, self.keep_accents, quotes=self.compat == "transformers")
+
+    def _digit_comma_original(self, text: str) -> list[int]:
+        """The original ``encode_pieces`` (tokenization.py lines 63-77): a piece ending in ``<digit>,`` is
+        re-encoded without its "▁" and the comma split off. The strip of the re-encoded pieces' leading "▁"
+        (line 69) never runs: it compares str pieces with ``SPIECE_UNDERLINE``, which line 30 makes bytes.
+        So the released models saw ``▁2 ,`` after ``▁18 7``, not ``2 ,``; we keep that."""
         out: list[int] = []
         for piece in self.sp.encode(text, out_type=str):
             if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-                cur = self.sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
-                if piece[0] != SPIECE_UNDERLINE and cur and cur[0][0] == SPIECE_UNDERLINE:
-                    cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:], *cur[1:]]
-                out.extend(self.sp.piece_to_id(p) for p in [*cur, piece[-1]])
+                cur = self.sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=int)
+                out.extend([*cur, self.sp.piece_to_id(",")])
             else:
                 out.append(self.sp.piece_to_id(piece))
         return out
 
     def _encode_clean(self, texts: list[str]) -> list[list[int]]:
-        """Preprocessed, special-free texts -> ids; the C++ batch encoder does the bulk."""
+        """Preprocessed texts -> ids; the C++ batch encoder does the bulk."""
         rows = self.sp.encode(texts, out_type=int, num_threads=self._threads) if texts else []
-        for i, t in enumerate(texts):
-            # \d after NFKD covers every digit str.isdigit() sees in a piece
-            if _DIGIT_COMMA.search(t):
-                rows[i] = self._pieces_with_digit_comma_split(t)
+        if self.compat == "original":
+            for i, t in enumerate(texts):
+                # \d after NFKD covers every digit str.isdigit() sees in a piece
+                if _DIGIT_COMMA.search(t):
+                    rows[i] = self._digit_comma_original(t)
         return rows
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
-        # Texts holding a special string are split around it and each chunk is encoded on its own (each
-        # gets SentencePiece's dummy "▁" prefix), which is what HF's added-token matching does.
+        # transformers: texts holding a special string are split around it and each chunk is encoded on
+        # its own (each gets SentencePiece's dummy "▁" prefix), as HF's added-token matching does. The
+        # original has no such matching: "[MASK]" in text is plain text.
         plain, plain_idx, mixed = [], [], []
         for i, t in enumerate(texts):
-            if self._special_re.search(t):
+            if self.compat == "transformers" and self._special_re.search(t):
                 mixed.append(i)
             else:
-                plain.append(preprocess_text(t, self.lowercase, self.keep_accents))
+                plain.append(self._preprocess(t))
                 plain_idx.append(i)
         out: list[list[int]] = [[] for _ in texts]
         for i, ids in zip(plain_idx, self._encode_clean(plain), strict=True):
@@ -283,7 +321,7 @@ class SentencePieceTokenizer(Tokenizer):
             for n, chunk in enumerate(self._special_re.split(texts[i])):
                 if n % 2:
                     out[i].append(self._special_pieces[chunk])
-                elif chunk := preprocess_text(chunk, self.lowercase, self.keep_accents):
+                elif chunk := self._preprocess(chunk):
                     out[i].extend(self._encode_clean([chunk])[0])
         return [self._with_specials(r) for r in out] if add_special_tokens else out
 
@@ -296,11 +334,11 @@ class SentencePieceTokenizer(Tokenizer):
         return [self.sp.piece_to_id(t) for t in tokens]
 
     def word_start_mask(self) -> np.ndarray:
-        # Original create_pretraining_data._is_start_piece: "▁"- or "<"-prefixed, or one punctuation char.
+        # create_pretraining_data.py _is_start_piece_sp (lines 393-407): a piece starts a word when it has
+        # the "▁" or "<" prefix, is one punctuation character, or holds any character outside a-z and that
+        # punctuation (digits, apostrophes, accents, CJK): "▁18" "7" are two words there.
         pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
-        mask = np.array(
-            [p.startswith((SPIECE_UNDERLINE, "<")) or p in _START_PUNCT for p in pieces], dtype=bool
-        )
+        mask = np.array([_is_start_piece_sp(p) for p in pieces], dtype=bool)
         mask[list(self.special_ids)] = True
         return mask
 
@@ -331,6 +369,14 @@ class SentencePieceTokenizer(Tokenizer):
         }
 
 
+def _is_start_piece_sp(piece: str) -> bool:
+    return (
+        piece.startswith((SPIECE_UNDERLINE, "<"))
+        or piece in _START_PUNCT
+        or not all(c.lower() in _START_ALLOWED for c in piece)
+    )
+
+
 # --- WordPiece -------------------------------------------------------------------------------------
 
 WORDPIECE_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -340,14 +386,20 @@ _CJK_SPACE = re.compile(rf"(?<=[{_CJK}]) (?=\S)|(?<=\S) (?=[{_CJK}])")
 
 class WordPieceTokenizer(Tokenizer):
     """BERT's ``vocab.txt``: basic tokenization (clean text, CJK characters apart, punctuation split,
-    optional lowercase and accent stripping) then greedy longest-match ``##`` pieces, words over 100
-    characters -> ``[UNK]``. Runs on the ``tokenizers`` BertNormalizer/BertPreTokenizer/WordPiece, the
-    same backend HF's BertTokenizer uses, so ids are HF's."""
+    optional lowercase and accent stripping) then greedy longest-match ``##`` pieces, words over 200
+    (original) or 100 (transformers) characters -> ``[UNK]``. Runs on the ``tokenizers``
+    BertNormalizer/BertPreTokenizer/WordPiece, the same backend HF's BertTokenizer uses."""
 
     kind = "wordpiece"
     file_name = VOCAB_FILE
 
-    def __init__(self, vocab_file: str | Path, lowercase: bool = True, strip_accents: bool | None = None):
+    def __init__(
+        self,
+        vocab_file: str | Path,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        compat: str = "transformers",
+    ):
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import normalizers, pre_tokenizers
         from tokenizers.models import WordPiece
@@ -366,18 +418,26 @@ class WordPieceTokenizer(Tokenizer):
                 "[PAD] [UNK] [CLS] [SEP] [MASK] (train one with `albertlm tokenizer train --kind wordpiece`)"
             )
         self.file, self.lowercase, self.strip_accents = path, lowercase, strip_accents
+        self.compat = _check_compat(compat)
         self.inv_vocab = lines
         self.vocab_size = len(lines)
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self.vocab[t] for t in WORDPIECE_SPECIALS
         )
-        self.tk = HFTokenizer(WordPiece(self.vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        # tokenization.py line 368: the original WordpieceTokenizer takes words of up to 200 characters
+        max_chars = 200 if self.compat == "original" else 100
+        self.tk = HFTokenizer(WordPiece(self.vocab, unk_token="[UNK]", max_input_chars_per_word=max_chars))
         self.tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
         )
         self.tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        # Special strings in the text are kept whole, as BERT's never_split / HF's added tokens do.
-        self.tk.add_special_tokens(list(WORDPIECE_SPECIALS))
+        if self.compat == "transformers":
+            # Special strings in the text are kept whole, as HF's added tokens do; the original's
+            # BasicTokenizer splits "[MASK]" into "[", "mask", "]" like any other text.
+            self.tk.add_special_tokens(list(WORDPIECE_SPECIALS))
+
+    def with_compat(self, compat: str) -> WordPieceTokenizer:
+        return WordPieceTokenizer(self.file, self.lowercase, self.strip_accents, compat)
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
         # encode_batch_fast skips the offset bookkeeping we never read (tokenizers >= 0.20)
@@ -432,9 +492,10 @@ def _existing_file(path: str | Path, what: str) -> Path:
     return path
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
+def load_tokenizer(path: str | Path, compat: str | None = None) -> Tokenizer:
     """A directory holding ``spiece.model`` or ``vocab.txt`` (plus an optional HF ``tokenizer_config.json``
-    for ``do_lower_case`` etc.), or the model/vocab file itself."""
+    for ``do_lower_case`` etc.), or the model/vocab file itself. ``compat`` overrides the behaviour the
+    config records under ``albertlm_compat`` (``transformers`` when it records none, as HF directories)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
@@ -448,6 +509,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{directory / CONFIG_FILE} is not valid JSON ({e}); fix or delete it") from None
     lower = bool(config.get("do_lower_case", True))
+    if compat is None:
+        compat = _check_compat(config.get(COMPAT_KEY, "transformers"), f"{directory / CONFIG_FILE} {COMPAT_KEY}")
+    else:
+        _check_compat(compat, "compat")
     if path.is_dir():
         if (path / SPM_FILE).is_file():
             path = path / SPM_FILE
@@ -459,10 +524,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             )
     if path.suffix == ".model":
         return SentencePieceTokenizer(
-            path, lowercase=lower, keep_accents=bool(config.get("keep_accents", False))
+            path, lowercase=lower, keep_accents=bool(config.get("keep_accents", False)), compat=compat
         )
     if path.suffix == ".txt":
-        return WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"))
+        return WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"), compat=compat)
     raise ValueError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model) or {VOCAB_FILE} (*.txt)")
 
 
@@ -513,18 +578,21 @@ def train_sentencepiece(
     user_defined_symbols: Iterable[str] = (),
     num_threads: int | None = None,
     progress: bool = False,
+    compat: str = "original",
 ) -> SentencePieceTokenizer:
     """Train a unigram ``spiece.model`` with ALBERT's settings: pad 0, unk 1, control [CLS] 2, [SEP] 3,
     [MASK] 4, no bos/eos. SentencePiece keeps a random sample of ``input_sentence_size`` lines (reservoir
     sampling over the stream) so large corpora fit in memory. Lines are fed through ``preprocess_text``
     so training sees exactly what encoding will; special strings such as WikiText's ``<unk>`` are blanked
-    out so that no pieces are learned from them.
+    out so that no pieces are learned from them. The tokenizer follows ``compat`` ("original" unless
+    asked otherwise: that is how ALBERT pretraining data was tokenized).
 
     albert-base-v2 was also trained with ``user_defined_symbols=ALBERT_USER_SYMBOLS`` (ids 5-12). That is
     opt-in: transformers 5 loads such symbols from spiece.model as added tokens and gives the text after
     each one a fresh "▁" (``u.s.`` -> ``▁u . ▁ s .``), so HF's ids would differ from SentencePiece's."""
     import sentencepiece as spm
 
+    _check_compat(compat, "compat")
     files = expand_inputs(inputs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -532,7 +600,7 @@ def train_sentencepiece(
 
     def sentences() -> Iterator[str]:
         for line in _lines(files, progress):
-            if text := preprocess_text(specials.sub(" ", line), lowercase):
+            if text := preprocess_text(specials.sub(" ", line), lowercase, quotes=compat == "transformers"):
                 yield text
 
     spm.set_random_generator_seed(seed)
@@ -560,7 +628,7 @@ def train_sentencepiece(
                 f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)"
             ) from None
         shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
-    tok = SentencePieceTokenizer(out_dir / SPM_FILE, lowercase=lowercase)
+    tok = SentencePieceTokenizer(out_dir / SPM_FILE, lowercase=lowercase, compat=compat)
     tok.save(out_dir)
     return tok
 
@@ -573,6 +641,7 @@ def train_wordpiece(
     min_frequency: int = 2,
     unused_slots: int = 99,
     progress: bool = False,
+    compat: str = "original",
 ) -> WordPieceTokenizer:
     """Train a BERT ``vocab.txt`` with the ``tokenizers`` WordPiece trainer on BERT basic tokenization.
 
@@ -580,11 +649,13 @@ def train_wordpiece(
     1-99, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103, then the learned tokens in the trainer's order
     (the alphabet first, so every seen character has an id). The unused slots are room for task tokens;
     ``unused_slots=0`` gives a compact [PAD] [UNK] [CLS] [SEP] [MASK] head. The trainer never drops a
-    character of the alphabet, so a corpus with more characters than ``vocab_size`` gives a larger vocab."""
+    character of the alphabet, so a corpus with more characters than ``vocab_size`` gives a larger vocab.
+    The tokenizer follows ``compat`` ("original" unless asked otherwise)."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import normalizers, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
 
+    _check_compat(compat, "compat")
     files = expand_inputs(inputs)
     head = [
         "[PAD]",
@@ -616,6 +687,6 @@ def train_wordpiece(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    tok = WordPieceTokenizer(out_dir / VOCAB_FILE, lowercase=lowercase)
+    tok = WordPieceTokenizer(out_dir / VOCAB_FILE, lowercase=lowercase, compat=compat)
     tok.save(out_dir)
     return tok

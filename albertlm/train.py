@@ -31,7 +31,7 @@ from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, in
 from albertlm.errors import TrainingError
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
-from albertlm.optim import build_optimizer, build_scheduler
+from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class PretrainConfig:
     weight_decay: float = _opt(0.01, "decoupled weight decay")
     warmup_steps: int | None = _opt(None, "linear warmup steps (default: max-steps / 10)")
     max_steps: int = _opt(1000, "optimizer steps")
+    lr_schedule: str = _opt("original", "original: s/W warmup then 1 - s/T over the whole run (google-research/"
+                            "albert); linear: decay from the peak at the end of warmup", choices=tuple(SCHEDULES))
     global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches")
     micro_batch_size: int = _opt(32, "instances per forward on one process")
     clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7)")
@@ -96,6 +98,8 @@ class PretrainConfig:
                 f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
                 f"{self.micro_batch_size} x {world} processes; pick a multiple of {per_step}"
             )
+        if self.lr_schedule not in SCHEDULES:
+            raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
         if self.optimizer not in LR_DEFAULTS:
             raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
         if self.data is None:
@@ -292,7 +296,7 @@ class Run:
         # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
         self.wrapped = wrap_model(self.model, info, cfg.fsdp)
         self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.peak_lr, cfg.weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.max_steps)
+        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.max_steps, cfg.lr_schedule)
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.nonfinite, self.tokens_seen = 0, 0, 0

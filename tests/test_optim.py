@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from albertlm.optim import Lamb, build_optimizer, build_scheduler, parameter_groups, warmup_linear
+from albertlm.optim import (
+    Lamb,
+    build_optimizer,
+    build_scheduler,
+    original_schedule,
+    parameter_groups,
+    warmup_linear,
+)
 
 
 def reference_lamb(w, g, m, v, lr, wd, trust, b1=0.9, b2=0.999, eps=1e-6):
@@ -63,5 +70,15 @@ def test_schedule_warmup_then_linear_to_zero():
     assert lrs == pytest.approx([0.5, 1.0, 1.0, 0.5])
     with pytest.raises(ValueError, match="warmup"):
         build_scheduler(opt, 5, 4)
+    with pytest.raises(ValueError, match="original, linear"):
+        build_scheduler(opt, 1, 4, "cosine")
     with pytest.raises(ValueError, match="lamb or adamw"):
         build_optimizer(nn.Linear(2, 2), "sgd", lr=1.0)
+
+
+def test_original_schedule_decays_over_the_whole_run():
+    # google-research/albert optimization.py: 0 at step 0, s/W in warmup, then 1 - s/T (not from the peak)
+    f = original_schedule(3125, 125000)
+    assert f(0) == 0.0 and f(1) == pytest.approx(1 / 3125) and f(3124) == pytest.approx(3124 / 3125)
+    assert f(3125) == pytest.approx(0.975) and f(62500) == pytest.approx(0.5) and f(125000) == f(200000) == 0.0
+    assert original_schedule(0, 50)(0) == 1.0

@@ -86,7 +86,7 @@ def test_sop_pairs_balanced_and_really_swapped(en):
     flat, sent, doc, _ = encode_corpus(tok, text)
     cfg = InstanceConfig(max_seq_length=128, single_sentence_random_b=False)
     plan = plan_instances(sent, doc, cfg, np.random.default_rng(0))
-    a0, a1, b0, b1, label = plan.T
+    a0, a1, b0, b1, label, _ = plan.T
     assert len(plan) > 500 and np.all(a1 > a0) and np.all(b1 > b0)
     assert np.all((a1 - a0) + (b1 - b0) <= cfg.max_seq_length - 3)
     n1 = int(label.sum())
@@ -116,7 +116,7 @@ def test_nsp_b_from_another_document(en):
     flat, sent, doc, _ = encode_corpus(tok, text)
     cfg = InstanceConfig(task="nsp", max_seq_length=128, single_sentence_random_b=False)
     plan = plan_instances(sent, doc, cfg, np.random.default_rng(1))
-    a0, a1, b0, b1, label = plan.T
+    a0, a1, b0, b1, label, _ = plan.T
     same = doc_of(a0, sent, doc) == doc_of(b0, sent, doc)
     assert np.all(same[label == 0]) and np.all(a1[label == 0] <= b0[label == 0])
     assert np.mean(~same[label == 1]) > 0.95  # 10 tries at another document, as the original
@@ -197,7 +197,10 @@ def test_ngram_length_distribution(en):
     n_words = 0
     for _, it in items:
         ids = unmasked(it)
-        starts = ws[ids] | np.isin(np.roll(ids, 1), [tok.cls_id, tok.sep_id])  # a word begins after [SEP]
+        # a continuation piece after [SEP] continues the word before it (original); the first piece after
+        # [CLS] always opens a word
+        starts = ws[ids].copy()
+        starts[1] = True
         n_words += int(starts[it["masked_positions"]].sum())
     assert n_words == int(accepted.sum())
 
@@ -210,7 +213,9 @@ def assert_whole_words(items, word_starts_of):
         masked[it["masked_positions"]] = True
         special = np.zeros(len(ids), bool)
         special[[0, int(np.argmax(it["token_type_ids"])) - 1, len(ids) - 1]] = True
-        word_id = np.cumsum(starts | special | np.roll(special, 1))
+        starts = starts & ~special  # words skip [CLS]/[SEP]: one may go on across the [SEP] (original)
+        starts[1] = True
+        word_id = np.cumsum(starts)
         for w in np.unique(word_id[masked]):
             assert masked[(word_id == w) & ~special].all(), "a word was only partly masked"
 
@@ -242,7 +247,7 @@ def test_chinese_jieba_whole_word_masking(zh):
     row_of = {id(it): row for row, it in items}
 
     def starts_of(it, ids):
-        a0, a1, b0, b1, _ = row_of[id(it)]
+        a0, a1, b0, b1, _, _ = row_of[id(it)]
         one = np.ones(1, bool)
         return np.concatenate([one, flags[a0:a1], one, flags[b0:b1], one])
 
@@ -294,3 +299,57 @@ def test_jsonl_and_paragraph_formats(tmp_path):
     para = tmp_path / "p.txt"
     para.write_text("A b. C d? E\nF.\n\nG h.\n", "utf-8")
     assert list(iter_documents(para, "paragraphs")) == [["A b.", "C d?", "E", "F."], ["G h."]]
+
+
+FIXTURE_TOK = Path(__file__).resolve().parent / "fixtures" / "original" / "en"
+
+
+def _synthetic_files(root: Path, n_files: int = 3, docs: int = 40) -> list[Path]:
+    """Files of equal document counts: documents of 1-4 sentences of common words."""
+    rng = np.random.default_rng(0)
+    words = "the a of river city north war music film year game team song league station line park".split()
+    files = []
+    for f in range(n_files):
+        lines = []
+        for _ in range(docs):
+            for _ in range(int(rng.integers(1, 5))):
+                lines.append(" ".join(rng.choice(words, int(rng.integers(4, 12)))) + ".")
+            lines.append("")
+        (root / f"f{f}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(root / f"f{f}.txt")
+    return files
+
+
+def test_random_b_comes_from_every_shard_and_not_from_worker_layout(tmp_path):
+    """The original draws random-B documents from all documents: shards of a build are one pool, and
+    the output is the same whatever the number of workers."""
+    import json
+
+    from albertlm.data import MANIFEST, PretrainingDataset, build_dataset
+    from albertlm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(FIXTURE_TOK)
+    files = _synthetic_files(tmp_path)
+    cfg = InstanceConfig(task="nsp", max_seq_length=48)
+    built = []
+    for workers in (1, 2):
+        out = tmp_path / f"static{workers}"
+        m = build_dataset(files, tok, out, mode="static", cfg=cfg, dupe_factor=2, workers=workers, seed=5)
+        built.append({p.name: p.read_bytes() for p in sorted((out / m["shard_dir"]).iterdir())})
+    assert len(m["shards"]) == 3 and built[0] == built[1]
+    assert json.loads((tmp_path / "static1" / MANIFEST).read_text())["tokenizer"]["compat"] == "original"
+
+    build_dataset(files, tok, tmp_path / "dyn", mode="dynamic", cfg=cfg, workers=2, seed=5)
+    ds = PretrainingDataset(tmp_path / "dyn")
+    home = np.concatenate([np.full(len(p), k) for k, p in enumerate(ds.plans)])
+    rows = np.concatenate(ds.plans)
+    random_b = rows[:, 4] == 1
+    other = rows[random_b, 5] != home[random_b]
+    # B's document is uniform over the 120 documents but the current one: 80 of 119 lie in other shards
+    expected, n = 80 / 119, int(random_b.sum())
+    assert n > 100 and abs(other.mean() - expected) < 4 * np.sqrt(expected * (1 - expected) / n)
+    # an instance whose B lives in another shard holds exactly those tokens
+    i = int(np.flatnonzero(random_b & (rows[:, 5] != home))[0])
+    item, (a0, a1, b0, b1, _, bk) = ds[i], rows[i]
+    ids = np.where(item["labels"] >= 0, item["labels"], item["input_ids"])
+    assert ids[a1 - a0 + 2 : -1].tolist() == np.asarray(ds.shards[bk]["tokens"][b0:b1]).tolist()

@@ -1,5 +1,6 @@
-"""Tokenizer tests: parity with transformers' AlbertTokenizer / BertTokenizer on the held-out corpora,
-then the interface (special ids, pair template, masks, save/load, errors, CLI).
+"""Tokenizer tests: parity with transformers' AlbertTokenizer / BertTokenizer on the held-out corpora
+(``compat="transformers"``), then the interface (special ids, pair template, masks, save/load, errors, CLI).
+Parity of ``compat="original"`` with the original code is in ``test_original_parity.py``.
 
 Tiny vocabularies are trained once per session on slices of ``shared/corpus`` (skipped without it).
 """
@@ -15,6 +16,7 @@ import pytest
 from shared_data import CORPUS
 
 from albertlm.tokenizer import (
+    _DIGIT_COMMA,
     SentencePieceTokenizer,
     WordPieceTokenizer,
     load_tokenizer,
@@ -66,44 +68,34 @@ def wp(wp_dir) -> WordPieceTokenizer:
     return load_tokenizer(wp_dir)
 
 
+@pytest.fixture(scope="session")
+def sp_hf(sp_dir) -> SentencePieceTokenizer:
+    return load_tokenizer(sp_dir, compat="transformers")
+
+
+@pytest.fixture(scope="session")
+def wp_hf(wp_dir) -> WordPieceTokenizer:
+    return load_tokenizer(wp_dir, compat="transformers")
+
+
 # --- parity ----------------------------------------------------------------------------------------
 
 
-def _digit_comma_split(pieces: list[str], encode) -> list[str]:
-    """The original ALBERT ``encode_pieces`` post-processing, applied to HF's pieces (HF 5 lacks it)."""
-    out = []
-    for piece in pieces:
-        if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-            cur = encode(piece[:-1].replace("▁", ""))
-            if piece[0] != "▁" and cur[0][0] == "▁":
-                cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:], *cur[1:]]
-            out += [*cur, ","]
-        else:
-            out.append(piece)
-    return out
-
-
-def test_sentencepiece_parity_with_transformers(sp, sp_dir):
+def test_sentencepiece_parity_with_transformers(sp, sp_hf, sp_dir):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AlbertTokenizer.from_pretrained(str(sp_dir))
     lines = _heldout("en")
-    ours = sp.encode_batch(lines)
-    hf_ids = [hf.encode(line, add_special_tokens=False) for line in lines]
     assert len(lines) > 2000
-    # HF 5's tokenizers-based AlbertTokenizer does not re-split "<digit>," pieces the way the original
-    # ALBERT (and HF's old slow tokenizer) does; with that one step applied to HF's output the ids match.
-    hf_tokens = lambda t: hf.convert_ids_to_tokens(hf.encode(t, add_special_tokens=False))
-    n_split = 0
-    for line, o, h in zip(lines, ours, hf_ids, strict=True):
-        if o != h:
-            n_split += 1
-            ref = _digit_comma_split(hf.convert_ids_to_tokens(h), hf_tokens)
-            assert o == hf.convert_tokens_to_ids(ref), line
-    assert 0 < n_split < len(lines) // 20  # the split is rare and only where a digit meets a comma
+    assert sp_hf.encode_batch(lines) == [hf.encode(line, add_special_tokens=False) for line in lines]
+    # the original behaviour differs where text has a digit before a comma, `` or '' quotes, or <unk>
+    pairs = zip(lines, sp.encode_batch(lines), sp_hf.encode_batch(lines), strict=True)
+    differ = [line for line, o, h in pairs if o != h]
+    assert differ and all(any(x in line for x in ("``", "''", "<unk>")) or _DIGIT_COMMA.search(line) for line in differ)
 
 
-def test_wordpiece_parity_with_transformers(wp, wp_dir):
+def test_wordpiece_parity_with_transformers(wp_hf, wp_dir):
     transformers = pytest.importorskip("transformers")
+    wp = wp_hf
     lines = _heldout("zh")
     assert len(lines) > 5000
     ours = wp.encode_batch(lines)
@@ -132,14 +124,17 @@ def test_autotokenizer_loads_our_save(sp, wp, sp_dir, wp_dir, tmp_path):
 # --- interface -------------------------------------------------------------------------------------
 
 
-def test_special_ids_and_layout(sp, wp):
+def test_special_ids_and_layout(sp, wp, sp_hf, wp_hf):
     assert (sp.pad_id, sp.unk_id, sp.cls_id, sp.sep_id, sp.mask_id) == (0, 1, 2, 3, 4)
     assert sp.convert_ids_to_tokens(range(5)) == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
     assert (wp.pad_id, wp.unk_id, wp.cls_id, wp.sep_id, wp.mask_id) == (0, 100, 101, 102, 103)
     assert sp.kind == "sentencepiece" and wp.kind == "wordpiece" and sp.vocab_size == 8000
-    # Special strings inside text map to their ids (WikiText's <unk>, masked text).
-    assert sp.encode("a [MASK] b <unk>", add_special_tokens=False)[1::2] == [sp.mask_id, sp.unk_id]
-    assert wp.mask_id in wp.encode("今天[MASK]气")
+    # transformers: special strings inside text map to their ids (WikiText's <unk>, masked text);
+    # original: they are plain text ("[", "mask", "]").
+    assert sp_hf.encode("a [MASK] b <unk>", add_special_tokens=False)[1::2] == [sp.mask_id, sp.unk_id]
+    assert wp_hf.mask_id in wp_hf.encode("今天[MASK]气")
+    assert sp.mask_id not in sp.encode("a [MASK] b", add_special_tokens=False)
+    assert wp.mask_id not in wp.encode("今天[MASK]气") and "[" in wp.tokenize("今天[MASK]气")
 
 
 def test_pair_template_and_truncation(sp, wp):
@@ -159,12 +154,17 @@ def test_pair_template_and_truncation(sp, wp):
     assert [len(r) for r in plain["input_ids"]] == [4, 5]
 
 
-def test_preprocessing_and_digit_comma(sp):
+def test_preprocessing_and_digit_comma(sp, sp_hf):
     assert preprocess_text("  Héllo\t  ``WÖRLD''  ") == 'hello "world"'
+    assert preprocess_text("  Héllo\t  ``WÖRLD''  ", quotes=False) == "hello ``world''"
     assert preprocess_text("Héllo", lowercase=False) == "Hello"
     assert sp.encode("Héllo WORLD", False) == sp.encode("hello world", False)
     pieces = sp.tokenize("in 1942, and 1,100 men")
     assert "," in pieces and not any(len(p) > 1 and p.endswith(",") and p[-2].isdigit() for p in pieces)
+    # the original re-encodes "<digit>," pieces and keeps the "▁" SentencePiece puts before the digits
+    glued = [p for p in sp_hf.tokenize("in 1942, and 1,100 men") if len(p) > 1 and p[-1] == "," and p[-2].isdigit()]
+    for p in glued:
+        assert sp.sp.encode(p[:-1].replace("▁", ""), out_type=str)[0].startswith("▁")
 
 
 def test_decode_round_trip(sp, wp):
@@ -181,7 +181,11 @@ def test_word_start_mask(sp, wp):
     assert m.dtype == np.bool_ and m.shape == (sp.vocab_size,) and m[:5].all()
     pieces = sp.convert_ids_to_tokens(range(sp.vocab_size))
     punct = set('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
-    assert all(m[i] == (p.startswith(("▁", "<")) or p in punct) for i, p in enumerate(pieces[5:], 5))
+    letters = set("abcdefghijklmnopqrstuvwxyz") | punct
+    # the original's _is_start_piece_sp: also any piece with a character outside a-z and that punctuation
+    want = [p.startswith(("▁", "<")) or p in punct or not set(p.lower()) <= letters for p in pieces]
+    assert m[5:].tolist() == want[5:]
+    assert any(w and not p.startswith("▁") and any(c.isdigit() for c in p) for p, w in zip(pieces, want, strict=True))
     m = wp.word_start_mask()
     assert m.shape == (wp.vocab_size,) and m[[wp.pad_id, wp.unk_id, wp.cls_id, wp.sep_id, wp.mask_id]].all()
     assert all(m[i] != t.startswith("##") for i, t in enumerate(wp.inv_vocab))
@@ -201,10 +205,27 @@ def test_save_load_round_trip(sp, wp, tmp_path):
         tok.save(tmp_path / tok.kind)
         again = load_tokenizer(tmp_path / tok.kind / tok.file_name)
         assert type(again) is type(tok) and again.lowercase == tok.lowercase
+        assert tok.compat == again.compat == "original"  # trained here: the original behaviour
         assert again.encode_batch(_heldout("en")[:50]) == tok.encode_batch(_heldout("en")[:50])
         assert (
             json.loads((tmp_path / tok.kind / "tokenizer_config.json").read_text())["do_lower_case"] is True
         )
+
+
+def test_compat_is_recorded_and_hf_dirs_default_to_transformers(sp_dir, tmp_path):
+    cfg = json.loads((sp_dir / "tokenizer_config.json").read_text())
+    assert cfg["albertlm_compat"] == "original"
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "spiece.model").write_bytes((sp_dir / "spiece.model").read_bytes())
+    del cfg["albertlm_compat"]
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert load_tokenizer(hf_dir).compat == "transformers"
+    assert load_tokenizer(hf_dir, compat="original").compat == "original"
+    assert load_tokenizer(hf_dir).with_compat("original").encode("a 1,2") == load_tokenizer(sp_dir).encode("a 1,2")
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps({**cfg, "albertlm_compat": "tf"}))
+    with pytest.raises(ValueError, match="albertlm_compat: 'tf' is not a tokenizer behaviour"):
+        load_tokenizer(hf_dir)
 
 
 def test_cased_training_keeps_case(tmp_path):
@@ -235,6 +256,10 @@ def test_cli(sp_dir, tmp_path, capsys, monkeypatch):
     assert cli.main(["tokenizer", "encode", "--tokenizer", str(sp_dir), "--text", "Hello", "--pieces"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["ids"][0] == 2 and row["pieces"][-1] == "[SEP]"
+    for compat, has_mask in (("original", False), ("transformers", True)):
+        argv = ["tokenizer", "encode", "--tokenizer", str(sp_dir), "--text", "a [MASK]", "--compat", compat]
+        assert cli.main(argv) == 0
+        assert (4 in json.loads(capsys.readouterr().out)["ids"]) is has_mask
     assert cli.main(["tokenizer", "encode", "--tokenizer", str(tmp_path / "nope"), "--text", "x"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli.main(["tokenizer", "train", "--input", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2

@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip files in input directories matching this pattern (e.g. heldout.txt)",
     )
     b.add_argument("--tokenizer", required=True, help="tokenizer directory or file (spiece.model / vocab.txt)")
+    b.add_argument(
+        "--tokenizer-compat",
+        choices=["original", "transformers", "tokenizer"],
+        default="original",
+        help="encode the text as google-research/albert did (original, the default: ALBERT pretraining data), "
+        "as transformers does, or as the tokenizer's albertlm_compat records",
+    )
     b.add_argument("--out", required=True, help="output directory (manifest.json is written there last)")
     b.add_argument(
         "--mode",
@@ -150,6 +157,7 @@ def run_build(args: argparse.Namespace) -> int:
         args.input,
         tok,
         args.out,
+        compat=None if args.tokenizer_compat == "tokenizer" else args.tokenizer_compat,
         mode=args.mode,
         cfg=cfg,
         dupe_factor=args.dupe_factor,

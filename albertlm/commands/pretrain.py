@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.time()
     if args.resume and args.out and (Path(args.out) / "run_config.json").exists():
         saved = json.loads((Path(args.out) / "run_config.json").read_text())
+        saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
         fields = {f.name for f in dataclasses.fields(PretrainConfig)}
         cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in fields})
         if args.max_steps:

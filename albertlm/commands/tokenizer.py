@@ -58,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sentencepiece: add albert-base-v2's user symbols ( ) \" - . – £ € at ids 5-12 "
         "(transformers 5 then tokenizes text around them differently)",
     )
+    train.add_argument(
+        "--compat",
+        choices=["original", "transformers"],
+        default="original",
+        help="encoding behaviour recorded in tokenizer_config.json: google-research/albert's (original, the "
+        "default) or transformers'",
+    )
     train.set_defaults(func=_train)
 
     enc = sub.add_parser("encode", help="print token ids (or pieces) as one JSON line per input line")
@@ -67,6 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     enc.add_argument("--text", default=None, help="text to encode (default: read lines from stdin)")
     enc.add_argument("--pieces", action="store_true", help="also print the pieces")
     enc.add_argument("--no-special-tokens", action="store_true", help="leave out [CLS] and [SEP]")
+    enc.add_argument(
+        "--compat",
+        choices=["original", "transformers"],
+        help="encode as google-research/albert or as transformers (default: what the tokenizer records)",
+    )
     enc.set_defaults(func=_encode)
 
 
@@ -95,13 +107,17 @@ def _train(args: argparse.Namespace) -> int:
             seed=args.seed,
             user_defined_symbols=ALBERT_USER_SYMBOLS if args.albert_user_symbols else (),
             progress=True,
+            compat=args.compat,
         )
         written = Path(args.out) / "spiece.model"
     else:
-        tok = train_wordpiece(files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True)
+        tok = train_wordpiece(
+            files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True, compat=args.compat
+        )
         written = Path(args.out) / "vocab.txt"
     print(
-        f"wrote {args.kind} vocab of {tok.vocab_size} tokens (lowercase={lower}) from {len(files)} files to "
+        f"wrote {args.kind} vocab of {tok.vocab_size} tokens (lowercase={lower}, compat={tok.compat}) from "
+        f"{len(files)} files to "
         f"{written} and tokenizer_config.json in {time.time() - start:.1f}s"
     )
     return 0
@@ -110,7 +126,7 @@ def _train(args: argparse.Namespace) -> int:
 def _encode(args: argparse.Namespace) -> int:
     from albertlm.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(args.tokenizer)
+    tok = load_tokenizer(args.tokenizer, compat=args.compat)
     lines = iter([args.text]) if args.text is not None else (line.rstrip("\n") for line in sys.stdin)
     add = not args.no_special_tokens
     # Chunks keep memory bounded on long stdin streams, yet give the C++ encoders big batches.
