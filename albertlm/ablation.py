@@ -92,8 +92,7 @@ def _lang(corpus: Path) -> str:
 
 def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, Path]:
     """Tokenizer and shards for the study (train per objective, held-out for SOP and NSP); reused."""
-    from albertlm.data import build_dataset, load_manifest
-    from albertlm.pretraining_data import InstanceConfig
+    from albertlm.data import InstanceConfig, build_dataset, load_manifest
     from albertlm.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
 
     corpus, work = Path(s.corpus), Path(s.out) / "data"

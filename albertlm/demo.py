@@ -44,7 +44,7 @@ def stdlib_docstrings(root: Path | None = None) -> Iterator[str]:
 
 
 def _sentences(doc: str) -> list[str]:
-    from albertlm.pretraining_data import split_sentences
+    from albertlm.data import split_sentences
 
     # Paragraphs are separated by blank lines; indented blocks are code examples, not prose.
     prose = [p for p in re.split(r"\n\s*\n", doc) if p.strip() and not p.startswith((" ", "\t", ">>>"))]
@@ -73,8 +73,7 @@ def write_demo_corpus(out_dir: str | Path, heldout_every: int = 20) -> tuple[Pat
 def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: int = 128, seed: int = 0,
                       log=_log.info) -> tuple[Path, Path]:
     """corpus -> SentencePiece tokenizer -> dynamic shards (train and held-out); reused when present."""
-    from albertlm.data import build_dataset, load_manifest
-    from albertlm.pretraining_data import InstanceConfig
+    from albertlm.data import InstanceConfig, build_dataset, load_manifest
     from albertlm.tokenizer import load_tokenizer, train_sentencepiece
 
     work = Path(work)

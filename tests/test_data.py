@@ -19,13 +19,13 @@ from shared_data import CORPUS, corpus_slice
 from albertlm.data import (
     MANIFEST,
     DataFormatError,
+    InstanceConfig,
     PackingCollator,
     PretrainingCollator,
     PretrainingDataset,
     build_dataset,
     load_manifest,
 )
-from albertlm.pretraining_data import InstanceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
@@ -194,7 +194,7 @@ def test_failed_build_leaves_nothing_readable(en, tmp_path, monkeypatch):
     tok, files = en
     out = tmp_path / "out"
     build_dataset(files, tok, out, cfg=CFG)
-    import albertlm.data as data
+    import albertlm.data.shards as data
 
     calls = {"n": 0}
     real = data._build_unit

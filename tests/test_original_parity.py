@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from albertlm.data import InstanceConfig, SpecialIds, mask_tokens
 from albertlm.optim import build_scheduler, original_schedule
-from albertlm.pretraining_data import InstanceConfig, SpecialIds, mask_tokens
 from albertlm.tokenizer import load_tokenizer
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "original"

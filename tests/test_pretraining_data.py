@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from shared_data import CORPUS, corpus_slice
 
-from albertlm.pretraining_data import (
+from albertlm.data import (
     DocumentEncoder,
     InstanceConfig,
     SpecialIds,

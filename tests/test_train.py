@@ -26,9 +26,8 @@ TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
 @pytest.fixture(scope="session")
 def shards(tmp_path_factory) -> Path:
     """~250 documents of stdlib docstrings -> a 600-piece SentencePiece model -> dynamic shards (seq 64)."""
-    from albertlm.data import build_dataset
+    from albertlm.data import InstanceConfig, build_dataset
     from albertlm.demo import _sentences, stdlib_docstrings
-    from albertlm.pretraining_data import InstanceConfig
     from albertlm.tokenizer import train_sentencepiece
 
     root = tmp_path_factory.mktemp("pretrain")

@@ -133,9 +133,8 @@ _WARNINGS = (
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from albertlm.data import build_dataset
+    from albertlm.data import InstanceConfig, build_dataset
     from albertlm.errors import UserError
-    from albertlm.pretraining_data import InstanceConfig
     from albertlm.tokenizer import load_tokenizer
 
     if not Path(args.tokenizer).exists():
