@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from albertlm.errors import DataError
+
 
 @dataclass
 class LayerStats:
@@ -34,7 +36,7 @@ def read_sentences(path: str | Path, limit: int) -> list[str]:
                 if len(out) >= limit:
                     break
     if not out:
-        raise ValueError(f"{p}: no non-empty lines")
+        raise DataError(f"{p}: no non-empty lines")
     return out
 
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from albertlm.errors import UserError
+
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: decayed weights (with the trust ratio under LAMB) and the excluded ones.
@@ -52,7 +54,7 @@ class Lamb(torch.optim.Optimizer):
         weight_decay: float = 0.01,
     ):
         if lr < 0 or eps <= 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise ValueError(f"invalid LAMB settings lr={lr} betas={betas} eps={eps}")
+            raise UserError(f"invalid LAMB settings lr={lr} betas={betas} eps={eps}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=True)
         super().__init__(params, defaults)
 
@@ -99,7 +101,7 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float 
         fused = next(model.parameters()).device.type in ("cpu", "cuda")
         kwargs = {"fused": True} if fused else {"foreach": True}
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, **kwargs)
-    raise ValueError(f"unknown optimizer {name!r}; choose lamb or adamw")
+    raise UserError(f"unknown optimizer {name!r}; choose lamb or adamw")
 
 
 SCHEDULES = ("original", "linear")
@@ -135,9 +137,9 @@ def build_scheduler(
     """``schedule`` is one of ``SCHEDULES`` (see the module docstring); the lr of update s (0-based) is
     the peak times factor(s), as the original's global_step counts the updates already applied."""
     if total_steps <= 0 or warmup_steps < 0 or warmup_steps > total_steps:
-        raise ValueError(f"need 0 <= warmup ({warmup_steps}) <= total steps ({total_steps}) and total > 0")
+        raise UserError(f"need 0 <= warmup ({warmup_steps}) <= total steps ({total_steps}) and total > 0")
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown lr schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        raise UserError(f"unknown lr schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     factor = original_schedule if schedule == "original" else warmup_linear
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor(warmup_steps, total_steps))
 

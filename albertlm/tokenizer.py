@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from albertlm.errors import DataError, UserError
+
 SPIECE_UNDERLINE = "▁"
 SPM_FILE, VOCAB_FILE, CONFIG_FILE = "spiece.model", "vocab.txt", "tokenizer_config.json"
 # Original ALBERT spm_train flags (README of google-research/albert) minus --user_defined_symbols: see
@@ -51,7 +53,7 @@ _DIGIT_COMMA = re.compile(r"\d,")
 
 def _check_compat(compat: str, where: str = "albertlm_compat") -> str:
     if compat not in COMPAT_MODES:
-        raise ValueError(f"{where}: {compat!r} is not a tokenizer behaviour; use one of {', '.join(COMPAT_MODES)}")
+        raise UserError(f"{where}: {compat!r} is not a tokenizer behaviour; use one of {', '.join(COMPAT_MODES)}")
     return compat
 
 
@@ -147,11 +149,11 @@ class Tokenizer(ABC):
     ) -> dict:
         """``input_ids``, ``token_type_ids``, ``attention_mask``, padded to the longest row with pad_id."""
         if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(
+            raise UserError(
                 f"batch_encode: {len(texts)} texts but {len(pairs)} pairs; give one pair per text"
             )
         if max_length is not None and max_length < (3 if pairs is not None else 2):
-            raise ValueError(f"batch_encode: max_length={max_length} leaves no room for the special tokens")
+            raise UserError(f"batch_encode: max_length={max_length} leaves no room for the special tokens")
         first = self.encode_batch(texts)
         if pairs is None:
             rows = [
@@ -175,7 +177,7 @@ class Tokenizer(ABC):
 
             return {k: torch.tensor(v, dtype=torch.long) for k, v in out.items()}
         if return_tensors is not None:
-            raise ValueError(f"batch_encode: return_tensors={return_tensors!r}; use None or 'pt'")
+            raise UserError(f"batch_encode: return_tensors={return_tensors!r}; use None or 'pt'")
         return out
 
     def encode_words(self, words: list[str]) -> tuple[list[int], list[bool]]:
@@ -249,7 +251,7 @@ class SentencePieceTokenizer(Tokenizer):
         try:
             self.sp.load(str(path))
         except (OSError, RuntimeError) as e:
-            raise ValueError(
+            raise DataError(
                 f"{path} is not a valid SentencePiece model ({e}); pass an ALBERT spiece.model or train one "
                 "with `albertlm tokenizer train --kind sentencepiece`"
             ) from None
@@ -260,7 +262,7 @@ class SentencePieceTokenizer(Tokenizer):
         ids = {p: self.sp.piece_to_id(p) for p in ("<pad>", "[CLS]", "[SEP]", "[MASK]")}
         missing = [p for p, i in ids.items() if i == self.unk_id]
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"{path} lacks the ALBERT special pieces {missing}: ALBERT needs <pad> [CLS] [SEP] [MASK] "
                 "(train with `albertlm tokenizer train --kind sentencepiece`)"
             )
@@ -408,12 +410,12 @@ class WordPieceTokenizer(Tokenizer):
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
-            raise ValueError(f"{path} is not a UTF-8 vocab.txt (one token per line)") from None
+            raise DataError(f"{path} is not a UTF-8 vocab.txt (one token per line)") from None
         lines = [t.rstrip("\r") for t in lines]
         self.vocab = {t: i for i, t in enumerate(lines)}  # HF's load_vocab: the last duplicate wins
         missing = [t for t in WORDPIECE_SPECIALS if t not in self.vocab]
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"{path} lacks the special tokens {missing}: a BERT vocab.txt has one token per line, with "
                 "[PAD] [UNK] [CLS] [SEP] [MASK] (train one with `albertlm tokenizer train --kind wordpiece`)"
             )
@@ -486,7 +488,7 @@ def _existing_file(path: str | Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; expected {what}")
     if not path.is_file():
-        raise ValueError(f"{path} is not a file; expected {what}")
+        raise DataError(f"{path} is not a file; expected {what}")
     if not os.access(path, os.R_OK):
         raise PermissionError(f"{path} is not readable; expected {what}")
     return path
@@ -507,7 +509,7 @@ def load_tokenizer(path: str | Path, compat: str | None = None) -> Tokenizer:
         try:
             config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{directory / CONFIG_FILE} is not valid JSON ({e}); fix or delete it") from None
+            raise DataError(f"{directory / CONFIG_FILE} is not valid JSON ({e}); fix or delete it") from None
     lower = bool(config.get("do_lower_case", True))
     if compat is None:
         compat = _check_compat(config.get(COMPAT_KEY, "transformers"), f"{directory / CONFIG_FILE} {COMPAT_KEY}")
@@ -528,7 +530,7 @@ def load_tokenizer(path: str | Path, compat: str | None = None) -> Tokenizer:
         )
     if path.suffix == ".txt":
         return WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"), compat=compat)
-    raise ValueError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model) or {VOCAB_FILE} (*.txt)")
+    raise DataError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model) or {VOCAB_FILE} (*.txt)")
 
 
 # --- training --------------------------------------------------------------------------------------
@@ -546,7 +548,7 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
         else:
             files.append(_existing_file(p, "a text file, one sentence per line"))
     if not files:
-        raise ValueError("no input files given")
+        raise UserError("no input files given")
     return files
 
 
@@ -624,7 +626,7 @@ def train_sentencepiece(
                 minloglevel=1 if progress else 2,
             )
         except RuntimeError as e:
-            raise ValueError(
+            raise UserError(
                 f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)"
             ) from None
         shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
@@ -666,7 +668,7 @@ def train_wordpiece(
         "[MASK]",
     ]
     if vocab_size <= len(head):
-        raise ValueError(
+        raise UserError(
             f"vocab_size={vocab_size} leaves no room beside the {len(head)} special/unused tokens"
         )
     tk = HFTokenizer(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))

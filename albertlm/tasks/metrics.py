@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from albertlm.errors import DataError
+
 
 # --- classification / regression (GLUE) ------------------------------------------------------------
 def accuracy(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
@@ -150,13 +152,13 @@ def squad_v2(
     cannot score a partial file, so neither does this."""
     missing = missing_predictions(predictions, answers)
     if missing:
-        raise ValueError(f"SQuAD 2.0: no prediction for {len(missing)} of {len(answers)} questions (first: "
+        raise DataError(f"SQuAD 2.0: no prediction for {len(missing)} of {len(answers)} questions (first: "
                          f"{missing[0]!r}); the official evaluate-v2.0.py cannot score a partial prediction "
                          f"file either: predict every question, with \"\" for no answer")  # fmt: skip
     if na_probs is not None:
         missing = [q for q in answers if q not in na_probs]
         if missing:
-            raise ValueError(f"SQuAD 2.0: no null score for {len(missing)} of {len(answers)} questions "
+            raise DataError(f"SQuAD 2.0: no null score for {len(missing)} of {len(answers)} questions "
                              f"(first: {missing[0]!r}); the null-score file must cover every question")  # fmt: skip
     has_ans = {qid: bool(golds) for qid, golds in answers.items()}
     exact_raw, f1_raw = {}, {}
