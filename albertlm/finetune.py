@@ -212,7 +212,7 @@ def train(
                        "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
                 with open(log_path, "a") as f:
                     f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
-                bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+                _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
             if step == total:
                 break
     bar.close()
