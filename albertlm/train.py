@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from albertlm import checkpoint as ckpt
+from albertlm import rundir
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
 from albertlm.errors import TrainingError
@@ -47,6 +48,7 @@ LR_DEFAULTS = {"lamb": 1.76e-3, "adamw": 5e-4}  # the paper's LAMB rate for batc
 @dataclass
 class PretrainConfig:
     out: str = _opt("runs/pretrain", "run directory: metrics.jsonl, checkpoints/, final/")
+    overwrite: bool = _opt(False, "replace the run already in --out (removes only the files a run writes there)")
     data: str | None = _opt(None, "shards from `albertlm data build`; omit for the embedded demo corpus")
     valid_data: str | None = _opt(None, "held-out shards for periodic validation")
     preset: str = _opt("albert-tiny", "model preset (see `albertlm params`); V and special ids come from the data")
@@ -72,7 +74,8 @@ class PretrainConfig:
     eval_batches: int = _opt(20, "micro-batches per validation")
     save_every: int = _opt(100, "steps between checkpoints")
     keep_last: int = _opt(2, "checkpoints kept")
-    max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops")
+    max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops; a run "
+                                  "whose last min(N, steps) updates were all skipped fails")
     device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
     peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table)")
     tensorboard: bool = _opt(False, "also log to TensorBoard (if installed)")
@@ -256,7 +259,7 @@ def evaluate(model, dataset, cfg: PretrainConfig, info: DistInfo, collate, autoc
 class Run:
     """Everything a run holds; ``train()`` is the loop."""
 
-    def __init__(self, cfg: PretrainConfig):
+    def __init__(self, cfg: PretrainConfig, resume: bool = False):
         from albertlm.data import PretrainingDataset, load_manifest
 
         self.cfg = cfg
@@ -265,6 +268,12 @@ class Run:
         self.acc = cfg.validate(info.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
+        # Every rank checks the folder before rank 0 changes it, so all reach the same verdict.
+        self.run_id = rundir.prepare(self.out, resume, cfg.overwrite)
+        if info.enabled:
+            torch.distributed.barrier()
+        if cfg.overwrite and info.is_main and rundir.holds_run(self.out):
+            rundir.remove_previous_run(self.out)
         manifest = load_manifest(cfg.data)
         self.dataset = PretrainingDataset(cfg.data)
         self.valid = PretrainingDataset(cfg.valid_data) if cfg.valid_data else None
@@ -296,6 +305,7 @@ class Run:
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.nonfinite, self.tokens_seen = 0, 0, 0
+        self.skipped_in_a_row = 0  # updates skipped since the last one applied (not saved: a resume restarts it)
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
 
     # -------------------------------------------------------------- state
@@ -317,7 +327,7 @@ class Run:
         cfg, info = self.cfg, self.info
         self.out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (self.out / "run_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+            rundir.write_config(cfg, self.out, self.run_id)
         model = self.wrapped
         use_compile = cfg.compile if cfg.compile is not None else info.device.type == "cuda"
         if use_compile:
@@ -352,6 +362,10 @@ class Run:
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self.save()
         bar.close()
+        if self.skipped_in_a_row and self.skipped_in_a_row >= min(cfg.max_nonfinite, self.step):
+            raise TrainingError(f"the last {self.skipped_in_a_row} updates were all skipped (non-finite loss or "
+                                "gradient), so the model did not train; final/ was not written. Lower --lr, use "
+                                "--precision fp32 or bf16, or check the data")
         final = self.out / "final"
         model_sd, _ = ckpt.full_state(self)  # a collective under FSDP: every rank takes part
         if info.is_main:
@@ -391,6 +405,7 @@ class Run:
         bad = any_rank(info, not (math.isfinite(sums["loss"]) and torch.isfinite(grad_norm).item()))
         if bad and not self.scaler.is_enabled():
             self.nonfinite += 1
+            self.skipped_in_a_row += 1
             self.optimizer.zero_grad(set_to_none=True)
             print0(info, f"step {self.step + 1}: non-finite loss or gradient, update skipped "
                          f"({self.nonfinite}/{cfg.max_nonfinite})")
@@ -398,6 +413,7 @@ class Run:
                 raise TrainingError(f"{self.nonfinite} steps with a non-finite loss or gradient; stopping without "
                                     "saving. Lower --lr, use --precision fp32 or bf16, or check the data")
         else:
+            self.skipped_in_a_row = 0
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
@@ -470,12 +486,22 @@ def _progress(enabled: bool, initial: int, total: int):
     return tqdm(total=total, initial=initial, disable=not enabled, desc="pretrain", dynamic_ncols=True)
 
 
+def load_run_config(out: str | Path) -> PretrainConfig:
+    """The settings of the run in ``out`` (for ``--resume``), its paths resolved against ``out`` itself."""
+    import dataclasses
+
+    saved, _ = rundir.read_config(out)
+    fields = {f.name for f in dataclasses.fields(PretrainConfig)}
+    return PretrainConfig(**{k: v for k, v in saved.items() if k in fields}, out=str(out))
+
+
 def pretrain(cfg: PretrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group."""
-    run = Run(cfg)
+    run = Run(cfg, resume)
     try:
         if resume and not run.resume():
-            print0(run.info, f"no checkpoint under {run.ckpt_root}; starting from step 0")
+            raise TrainingError(f"--resume: no valid checkpoint under {run.ckpt_root} (see the warnings above); "
+                                f"start afresh with --overwrite, or restore a checkpoint there")
         result = run.train()
         result["world_size"] = run.info.world_size
         return result
