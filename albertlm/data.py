@@ -53,6 +53,9 @@ _log = logging.getLogger(__name__)
 FORMAT = "albertlm-pretraining-data"
 VERSION = 1
 MANIFEST = "manifest.json"
+# Written first into every build folder: a crashed build's leftovers (``.tmp-<id>``, or ``shards-<id>``
+# renamed before its manifest) carry it, so the next build removes them and nothing it did not create.
+BUILD_MARK = ".albertlm-build"
 
 
 class DataFormatError(DataError):
@@ -117,7 +120,14 @@ def tokenizer_info(tok) -> dict:
         "sep_id": int(tok.sep_id),
         "mask_id": int(tok.mask_id),
         "path": str(getattr(tok, "file", "") or ""),
+        "fingerprint": vocab_fingerprint(tok),
     }
+
+
+def vocab_fingerprint(tok) -> str:
+    """sha256 of the pieces in id order: two tokenizers agree on what every id means iff these match."""
+    pieces = tok.convert_ids_to_tokens(list(range(int(tok.vocab_size))))
+    return hashlib.sha256("\n".join(pieces).encode("utf-8")).hexdigest()
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -290,6 +300,7 @@ def build_dataset(
     build_id = uuid.uuid4().hex[:12]
     tmp = out / f".tmp-{build_id}"
     tmp.mkdir()
+    (tmp / BUILD_MARK).write_text(build_id)
     word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
     ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
     ws_meta.write(word_start)
@@ -363,16 +374,29 @@ def build_dataset(
         "seconds": round(time.time() - t0, 3),
     }
     # swap in: drop the old manifest first, so a crash from here on leaves no readable half-state
-    old = [p for p in out.glob("shards-*") if p.is_dir()]
+    old = [p for p in _previous_builds(out) if p != tmp]
     if (out / MANIFEST).exists():
         os.unlink(out / MANIFEST)
         _fsync_dir(out)
     os.rename(tmp, out / manifest["shard_dir"])
     _fsync_dir(out)
     _write_json_atomic(out / MANIFEST, manifest)
-    for p in old + [p for p in out.glob(".tmp-*") if p.is_dir()]:
+    for p in old:
         shutil.rmtree(p, ignore_errors=True)
     return manifest
+
+
+def _previous_builds(out: Path) -> list[Path]:
+    """Folders earlier builds made in ``out``: the shard folder its manifest names, and any ``shards-*`` or
+    ``.tmp-*`` folder holding ``BUILD_MARK``. A folder of the user's is never among them."""
+    found = [p for pat in ("shards-*", ".tmp-*") for p in out.glob(pat) if (p / BUILD_MARK).is_file()]
+    try:
+        named = out / json.loads((out / MANIFEST).read_text(encoding="utf-8"))["shard_dir"]
+        if named.parent == out and named.name.startswith("shards-") and named.is_dir() and named not in found:
+            found.append(named)  # a build from before the mark existed
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return found
 
 
 # ------------------------------------------------------------------------------------------------ reading

@@ -255,6 +255,26 @@ def evaluate(model, dataset, cfg: PretrainConfig, info: DistInfo, collate, autoc
     }
 
 
+def _check_same_vocabulary(model_dir: str, data: str, tok: dict[str, Any]) -> None:
+    """Refuse weights whose tokenizer gives the data's ids other meanings (same size is not enough)."""
+    from albertlm.data import vocab_fingerprint
+    from albertlm.tokenizer import SPM_FILE, VOCAB_FILE, load_tokenizer
+
+    d = Path(model_dir)
+    if not any((d / f).is_file() for f in (SPM_FILE, VOCAB_FILE)):
+        _log.warning(f"--init-from {model_dir} holds no tokenizer ({SPM_FILE} or {VOCAB_FILE}), so its vocabulary "
+                     f"cannot be checked against {data}'s")
+        return
+    theirs = load_tokenizer(d)
+    expected = tok.get("fingerprint")
+    if expected is None and tok.get("path") and Path(tok["path"]).exists():
+        expected = vocab_fingerprint(load_tokenizer(tok["path"]))  # shards built before fingerprints
+    if expected is not None and vocab_fingerprint(theirs) != expected:
+        raise TrainingError(f"--init-from {model_dir}: its vocabulary ({theirs.kind}, {theirs.vocab_size} pieces) is "
+                            f"not the one {data} was built with ({tok['kind']}, {tok['vocab_size']} pieces), so every "
+                            f"id would mean another token; build the shards with {model_dir}'s tokenizer")
+
+
 # ------------------------------------------------------------------------------------------ the run
 class Run:
     """Everything a run holds; ``train()`` is the loop."""
@@ -289,6 +309,7 @@ class Run:
             if self.model.config.vocab_size < tok["vocab_size"]:
                 raise TrainingError(f"--init-from {cfg.init_from} has {self.model.config.vocab_size} tokens but the "
                                     f"data's tokenizer has {tok['vocab_size']}; build the shards with its tokenizer")
+            _check_same_vocabulary(cfg.init_from, cfg.data, tok)
         else:
             config = AlbertConfig.from_preset(cfg.preset, **overrides)
             if max_len > config.max_position_embeddings:
