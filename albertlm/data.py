@@ -412,19 +412,32 @@ def load_manifest(path: str | Path, verify: bool = False) -> dict:
         m = json.loads(mpath.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise DataFormatError(f"unreadable manifest {mpath}: {e}") from e
-    if m.get("format") != FORMAT or m.get("version") != VERSION or m.get("complete") is not True:
+    if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("version") != VERSION or \
+            m.get("complete") is not True:
         raise DataFormatError(f"{mpath} is not a complete {FORMAT} v{VERSION} manifest")
-    sdir = root / m["shard_dir"]
-    entries = [("word_start", m["word_start"])] + [
-        (f"{i:05d}.{k}", f) for i, s in enumerate(m["shards"]) for k, f in s["files"].items()
-    ]
-    for name, f in entries:
-        p = sdir / f"{name}.bin"
-        if not p.is_file() or p.stat().st_size != f["bytes"]:
-            raise DataFormatError(f"shard file {p} is missing or has the wrong size (interrupted build?)")
-        if verify and hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
-            raise DataFormatError(f"checksum mismatch in {p}")
+    try:
+        sdir = root / m["shard_dir"]
+        entries = [("word_start", m["word_start"])] + [
+            (f"{i:05d}.{k}", f) for i, s in enumerate(m["shards"]) for k, f in s["files"].items()
+        ]
+        for name, f in entries:
+            p = sdir / f"{name}.bin"
+            if not p.is_file() or p.stat().st_size != f["bytes"]:
+                raise DataFormatError(f"shard file {p} is missing or has the wrong size (interrupted build?)")
+            if verify and _sha256(p) != f["sha256"]:
+                raise DataFormatError(f"checksum mismatch in {p}: the file is damaged; build the data again")
+        _ = (int(m["tokenizer"]["vocab_size"]), np.dtype(m["token_dtype"]), dict(m["settings"]))  # readers need them
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DataFormatError(f"{mpath} is damaged ({type(e).__name__}: {e}); build the data again") from None
     return m
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _memmap(path: Path, f: dict) -> np.ndarray:

@@ -51,6 +51,7 @@ class PretrainConfig:
     overwrite: bool = _opt(False, "replace the run already in --out (removes only the files a run writes there)")
     data: str | None = _opt(None, "shards from `albertlm data build`; omit for the embedded demo corpus")
     valid_data: str | None = _opt(None, "held-out shards for periodic validation")
+    verify_data: bool = _opt(True, "check every shard's sha256 before training (--no-verify-data skips the read)")
     preset: str = _opt("albert-tiny", "model preset (see `albertlm params`); V and special ids come from the data")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE, e.g. {"sharing": "none"}
     init_from: str | None = _opt(None, "start from these weights (HF-layout model directory)")
@@ -294,9 +295,9 @@ class Run:
             torch.distributed.barrier()
         if cfg.overwrite and info.is_main and rundir.holds_run(self.out):
             rundir.remove_previous_run(self.out)
-        manifest = load_manifest(cfg.data)
+        manifest = load_manifest(cfg.data, verify=cfg.verify_data)
         self.dataset = PretrainingDataset(cfg.data)
-        self.valid = PretrainingDataset(cfg.valid_data) if cfg.valid_data else None
+        self.valid = PretrainingDataset(cfg.valid_data, verify=cfg.verify_data) if cfg.valid_data else None
         self.task = manifest["settings"].get("task", "sop")
         tok = manifest["tokenizer"]
         self.tokenizer_path = tok.get("path")
