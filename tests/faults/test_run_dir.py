@@ -143,3 +143,17 @@ def test_pretrain_summary_line_names_skipped_steps(shards, tmp_path, monkeypatch
                  "--warmup-steps", "1", "--global-batch-size", "4", "--micro-batch-size", "4", "--eval-every", "1000",
                  "--no-progress", *[f"--set={k}={v}" for k, v in TINY.items()]]) == 0
     assert "pretrained 3 steps (1 skipped: non-finite)" in capsys.readouterr().out
+
+
+def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
+    """A stale higher-step folder (a corrupt one skipped on resume) never pushes out the new checkpoints."""
+    from albertlm import checkpoint as ckpt
+
+    root = tmp_path / "checkpoints"
+    stale = ckpt.step_dir(root, 9)
+    stale.mkdir(parents=True)
+    for step in (1, 2, 3):
+        tmp = ckpt.prepare(root, step)
+        (tmp / "x.bin").write_bytes(bytes([step]))
+        ckpt.finalize(root, tmp, step, {"step": step}, keep_last=2)
+    assert [p.name for p in ckpt.list_checkpoints(root)] == ["step_00000002", "step_00000003", "step_00000009"]
