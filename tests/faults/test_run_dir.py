@@ -10,7 +10,33 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import TINY, albertlm, assert_one_line_error, pretrain_args
+
+from albertlm.cli import main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models on 2 shared cores: more threads only spin
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    """``albertlm ARGS`` in this process (an exception the CLI does not turn into one line fails the test)."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(code: int, err: str, *needles: str) -> None:
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and ": error: " in line and "Traceback" not in err, err
+    for n in needles:
+        assert n in line, (n, line)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -27,13 +53,13 @@ def run2(shards, tmp_path_factory) -> Path:
     return out
 
 
-def test_resume_of_a_copy_writes_only_into_the_copy(run2, tmp_path):
+def test_resume_of_a_copy_writes_only_into_the_copy(run2, tmp_path, capsys):
     before = snapshot(run2)
     copy = tmp_path / "copy"
     shutil.copytree(run2, copy)
-    r = albertlm("pretrain", "--out", str(copy), "--resume", "--max-steps", "3")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from" in r.stdout and str(copy) in r.stdout
+    code, out, err = run(capsys, "pretrain", "--out", str(copy), "--resume", "--max-steps", "3")
+    assert code == 0, err
+    assert "resumed from" in out and str(copy) in out
     assert snapshot(run2) == before, "the original run changed"
     steps = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
@@ -43,25 +69,25 @@ def test_resume_of_a_copy_writes_only_into_the_copy(run2, tmp_path):
         assert str(run2) not in f.read_text() and str(copy) not in f.read_text(), f
 
 
-def test_fresh_run_into_a_used_directory_refuses_then_overwrite_replaces_only_our_files(run2, shards, tmp_path):
+def test_fresh_run_into_a_used_directory_refuses_then_overwrite_replaces_only_our_files(run2, shards, tmp_path,
+                                                                                        capsys):
     used = tmp_path / "used"
     shutil.copytree(run2, used)
     (used / "notes.txt").write_text("mine")
     (used / "final" / "README.md").write_text("mine too")
     before = snapshot(used)
-    r = albertlm(*pretrain_args(shards, used, steps=1))
-    assert_one_line_error(r, str(used), "--resume", "--overwrite")
+    refused(*run(capsys, *pretrain_args(shards, used, steps=1))[::2], str(used), "--resume", "--overwrite")
     assert snapshot(used) == before
-    r = albertlm(*pretrain_args(shards, used, "--overwrite", steps=1))
-    assert r.returncode == 0, r.stderr[-3000:]
+    code, _, err = run(capsys, *pretrain_args(shards, used, "--overwrite", steps=1))
+    assert code == 0, err
     assert sorted(p.name for p in (used / "checkpoints").iterdir()) == ["step_00000001"]
     assert [json.loads(x)["step"] for x in (used / "metrics.jsonl").read_text().splitlines()] == [1]
     assert (used / "notes.txt").read_text() == "mine" and (used / "final" / "README.md").read_text() == "mine too"
-    r = albertlm(*pretrain_args(shards, used, "--overwrite", "--resume", steps=1))
-    assert_one_line_error(r, "--overwrite")
+    refused(*run(capsys, *pretrain_args(shards, used, "--overwrite", "--resume", steps=1))[::2], "--overwrite")
 
 
 def test_resume_with_every_checkpoint_corrupt_refuses_and_keeps_them(run2, tmp_path):
+    """(In a subprocess: the whole CLI, traceback check included.)"""
     bad = tmp_path / "bad"
     shutil.copytree(run2, bad)
     for ckpt in (bad / "checkpoints").iterdir():
@@ -76,9 +102,9 @@ def test_resume_with_every_checkpoint_corrupt_refuses_and_keeps_them(run2, tmp_p
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "list", "missing-entry", "deleted"])
 def test_a_damaged_checksums_json_falls_back_to_the_previous_checkpoint(run2, tmp_path, damage, capsys):
-    run = tmp_path / "r"
-    shutil.copytree(run2, run)
-    sums = run / "checkpoints" / "step_00000002" / "checksums.json"
+    rdir = tmp_path / "r"
+    shutil.copytree(run2, rdir)
+    sums = rdir / "checkpoints" / "step_00000002" / "checksums.json"
     text = sums.read_text()
     if damage == "garbage":
         sums.write_bytes(b"\xff\xfe{not json")
@@ -90,10 +116,8 @@ def test_a_damaged_checksums_json_falls_back_to_the_previous_checkpoint(run2, tm
         sums.write_text(json.dumps({k: v for k, v in json.loads(text).items() if k != "optimizer.pt"}))
     else:
         sums.unlink()
-    from albertlm.cli import main
-
-    assert main(["pretrain", "--out", str(run), "--resume", "--max-steps", "3"]) == 0  # in-process: fast
-    out, err = capsys.readouterr()
+    code, out, err = run(capsys, "pretrain", "--out", str(rdir), "--resume", "--max-steps", "3")
+    assert code == 0, err
     assert "skipping checkpoint step_00000002" in err and "checksums.json" in err
     assert "resumed from" in out and "step_00000001 at step 1" in out
 
