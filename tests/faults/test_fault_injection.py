@@ -169,13 +169,14 @@ def kill_pretrain(shards: Path, tmp: Path, capsys, kills: int, seed: int, in_sav
     ref, seconds = run_to_end(*pretrain_args(shards, tmp / "ref", steps=5))
     assert ref.returncode == 0, ref.stderr
     rng = random.Random(seed)
-    plan = [("anywhere", rng.uniform(0.2, 1.0) * seconds) for _ in range(kills)]
+    # the first ~half of a run is start-up (imports, model); most kills should land in training and saving
+    plan = [("anywhere", rng.uniform(0.4, 1.0) * seconds) for _ in range(kills)]
     plan += [("in a save", seconds)] * in_save
     for i, (where, delay) in enumerate(plan):
         out = tmp / f"run{i}"
         until = None
         if where == "in a save":
-            step = rng.randint(1, 5)
+            step = rng.randint(2, 5)  # a complete checkpoint before it to fall back to
             until = lambda out=out, step=step: (out / "checkpoints" / f".step_{step:08d}.tmp").exists()  # noqa: E731
         hit = kill_after(pretrain_args(shards, out, steps=5), delay, until)
         tally["injected"] += hit
