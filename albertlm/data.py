@@ -300,7 +300,7 @@ def build_dataset(
     build_id = uuid.uuid4().hex[:12]
     tmp = out / f".tmp-{build_id}"
     tmp.mkdir()
-    (tmp / BUILD_MARK).write_text(build_id)
+    (tmp / BUILD_MARK).write_text("")  # empty: a build is a pure function of its inputs, byte for byte
     word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
     ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
     ws_meta.write(word_start)
