@@ -382,8 +382,17 @@ def build_dataset(
     _fsync_dir(out)
     _write_json_atomic(out / MANIFEST, manifest)
     for p in old:
-        shutil.rmtree(p, ignore_errors=True)
+        _remove_build(p)
     return manifest
+
+
+def _remove_build(path: Path) -> None:
+    """Delete a folder an earlier build made, its mark last: killed part-way, it is still known as ours."""
+    for p in path.iterdir():
+        if p.name != BUILD_MARK:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    (path / BUILD_MARK).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _previous_builds(out: Path) -> list[Path]:

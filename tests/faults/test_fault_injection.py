@@ -63,10 +63,22 @@ def run_to_end(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     return r, time.time() - t
 
 
-def kill_after(args: list[str], delay: float, until=None) -> bool:
-    """Start ``albertlm ARGS``, SIGKILL it after ``delay`` s (or as soon as ``until()`` holds); True when it
-    was still running (the fault hit), False when it had already finished."""
+def work_span(args: list[str], started) -> float:
+    """Seconds ``albertlm ARGS`` runs after ``started()`` first holds (its start-up excluded)."""
+    proc = subprocess.Popen(cli(*args), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while proc.poll() is None and not started():
+        time.sleep(0.005)
+    t = time.time()
+    assert proc.wait() == 0, proc.stderr.read().decode()[-3000:]
+    return time.time() - t
+
+
+def kill_after(args: list[str], delay: float, until=None, start=None) -> bool:
+    """Start ``albertlm ARGS``, SIGKILL it ``delay`` s after ``start()`` holds (after launch without it), or as
+    soon as ``until()`` holds; True when it was still running (the fault hit), False when it had finished."""
     proc = subprocess.Popen(cli(*args), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while start and proc.poll() is None and not start():
+        time.sleep(0.005)
     deadline = time.time() + delay
     while proc.poll() is None and time.time() < deadline and not (until and until()):
         time.sleep(0.002 if until else 0.01)
@@ -132,16 +144,18 @@ def kill_data_build(corpus: Path, tok_dir: Path, tmp: Path, kills: int, seed: in
     tally = TALLY["data build: SIGKILL"]
     big = tmp / "big.txt"
     big.write_text(corpus.read_text() * 4)
-    ref, seconds = run_to_end(*data_build_args(big, tok_dir, tmp / "ref"))
+    ref, _ = run_to_end(*data_build_args(big, tok_dir, tmp / "ref"))
     assert ref.returncode == 0, ref.stderr
     expected = digests(tmp / "ref")
     out = tmp / "out"
     assert main(data_build_args(big, tok_dir, out)) == 0  # the build a fault must not lose
     (out / "shards-mine").mkdir()
     (out / "shards-mine" / "notes.txt").write_text("user data")
+    started = lambda: any(out.glob(".tmp-*"))  # noqa: E731
+    span = work_span(data_build_args(big, tok_dir, out), started)
     rng = random.Random(seed)
     for _ in range(kills):
-        hit = kill_after(data_build_args(big, tok_dir, out), rng.uniform(0.3, 1.0) * seconds)
+        hit = kill_after(data_build_args(big, tok_dir, out), rng.uniform(0.0, 1.1) * span, start=started)
         tally["injected"] += hit
         assert digests(out) == expected, "the finished build in --out was lost or changed"
         assert (out / "shards-mine" / "notes.txt").read_text() == "user data"
@@ -166,19 +180,22 @@ def kill_pretrain(shards: Path, tmp: Path, capsys, kills: int, seed: int, in_sav
     """Killed runs: every checkpoint under its final name is complete, and --resume ends with the weights of
     the uninterrupted run (or, killed before the first checkpoint, refuses in one line)."""
     tally = TALLY["pretrain: SIGKILL"]
-    ref, seconds = run_to_end(*pretrain_args(shards, tmp / "ref", steps=5))
+    ref, _ = run_to_end(*pretrain_args(shards, tmp / "ref", steps=5))
     assert ref.returncode == 0, ref.stderr
+    # the training part of a run: from run_config.json (written as training starts) to the final model
+    span = (tmp / "ref" / "final" / "model.safetensors").stat().st_mtime - (tmp / "ref" / "run_config.json").stat(
+        ).st_mtime
     rng = random.Random(seed)
-    # the first ~half of a run is start-up (imports, model); most kills should land in training and saving
-    plan = [("anywhere", rng.uniform(0.4, 1.0) * seconds) for _ in range(kills)]
-    plan += [("in a save", seconds)] * in_save
+    plan = [("anywhere", rng.uniform(0.0, 1.1) * span) for _ in range(kills)]
+    plan += [("in a save", 120.0)] * in_save
     for i, (where, delay) in enumerate(plan):
         out = tmp / f"run{i}"
         until = None
         if where == "in a save":
             step = rng.randint(2, 5)  # a complete checkpoint before it to fall back to
             until = lambda out=out, step=step: (out / "checkpoints" / f".step_{step:08d}.tmp").exists()  # noqa: E731
-        hit = kill_after(pretrain_args(shards, out, steps=5), delay, until)
+        started = lambda out=out: (out / "run_config.json").exists()  # noqa: E731
+        hit = kill_after(pretrain_args(shards, out, steps=5), delay, until, started)
         tally["injected"] += hit
         if not hit:
             assert same_weights(out / "final", tmp / "ref" / "final")
@@ -238,13 +255,14 @@ def kill_export(model: Path, tmp: Path, capsys, kills: int, seed: int) -> None:
     tally = TALLY["export: SIGKILL"]
     inp = model.parent / "in.txt"
     args = ["export", "--model", str(model), "--out", str(tmp / "out"), "--quantize", "int8"]
-    r, seconds = run_to_end(*args)
-    assert r.returncode == 0, r.stderr
+    assert main(args) == 0
     expected = predictions(capsys, tmp / "out", inp)[1]
     assert expected.count("\n") == 2
+    started = lambda: any((tmp / "out").glob(".export-*.tmp"))  # noqa: E731
+    span = work_span(args, started)
     rng = random.Random(seed)
     for _ in range(kills):
-        hit = kill_after(args, rng.uniform(0.3, 1.0) * seconds)
+        hit = kill_after(args, rng.uniform(0.0, 1.1) * span, start=started)
         tally["injected"] += hit
         code, out, err = predictions(capsys, tmp / "out", inp)
         if one_line_refusal((code, err)):  # only if the kill fell between the renames of the swap (milliseconds)
