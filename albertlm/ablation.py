@@ -149,6 +149,7 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[st
 
 
 def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.info) -> dict[str, Any]:
+    from albertlm.checkpoint import latest_valid
     from albertlm.params import count_parameters
     from albertlm.train import PretrainConfig, pretrain
 
@@ -166,7 +167,10 @@ def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.in
                          eval_every=s.steps, save_every=max(50, s.steps // 4), log_every=max(1, s.steps // 30),
                          eval_batches=s.eval_batches, device="cpu")
     log(f"[{v.name}] pretraining {s.steps} steps, overrides {v.overrides or '{}'}, objective {v.task}")
-    pretrain(cfg, resume=True)
+    # continue from the variant's checkpoint; one stopped before its first checkpoint starts again
+    resume = latest_valid(vdir / "pretrain" / "checkpoints") is not None
+    cfg.overwrite = not resume
+    pretrain(cfg, resume=resume)
     final = vdir / "pretrain" / "final"
     sop = intrinsic(final, data["heldout-sop"], s)
     nsp = intrinsic(final, data["heldout-nsp"], s)

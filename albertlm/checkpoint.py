@@ -10,7 +10,10 @@ Layout of ``RUN/checkpoints/step_00001200/``:
 
 A checkpoint is written into ``.step_00001200.tmp`` and renamed when complete, so a run killed while
 saving leaves only a temp folder, which the next save or resume removes. Resume takes the newest folder
-whose checksums verify.
+whose checksums verify (every file above present, ``checksums.json`` included) and that belongs to this
+run; any other is skipped with a warning naming it. ``keep_last`` prunes only checkpoints at or before
+the step just saved, so stale higher-step folders never push out the new ones (they are replaced when
+the run reaches their step).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import logging
 import os
 import random
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,8 @@ from albertlm.errors import CheckpointCorrupt, TrainingError
 _log = logging.getLogger(__name__)
 
 CHECKSUMS = "checksums.json"
-
-
+# Files every checkpoint has (besides rng_rank{r}.pt per rank); a manifest that omits one is damaged.
+REQUIRED = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "rng_rank0.pt")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -111,7 +113,8 @@ def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last:
     finally:
         os.close(fd)
     if keep_last > 0:
-        for old in list_checkpoints(root)[:-keep_last]:
+        upto = [p for p in list_checkpoints(root) if p.name <= final.name]
+        for old in upto[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -123,27 +126,56 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 
 def verify(path: Path) -> None:
+    """Raise ``CheckpointCorrupt`` naming the first damaged file of the checkpoint at ``path``."""
     sums_file = path / CHECKSUMS
-    if not sums_file.exists():
-        raise CheckpointCorrupt(f"{path}: no {CHECKSUMS} (the save did not complete)")
-    sums = json.loads(sums_file.read_text())
+    if not sums_file.is_file():
+        raise CheckpointCorrupt(f"{sums_file} is missing (the save did not complete)")
+    try:
+        sums = json.loads(sums_file.read_text(encoding="utf-8"))
+        ok = isinstance(sums, dict) and all(isinstance(v, str) and "/" not in k for k, v in sums.items())
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if not ok or not set(REQUIRED) <= set(sums):
+        raise CheckpointCorrupt(f"{sums_file} is damaged (not the manifest of a complete checkpoint)")
     for name, digest in sums.items():
         f = path / name
-        if not f.exists() or sha256(f) != digest:
-            raise CheckpointCorrupt(f"{path / name}: checksum mismatch or missing")
+        if not f.is_file() or sha256(f) != digest:
+            raise CheckpointCorrupt(f"{f} is missing or fails its checksum")
 
 
-def latest_valid(root: Path, log=_log.warning) -> Path | None:
-    """The newest checkpoint that verifies; corrupt ones are reported and skipped, temp folders removed."""
-    for tmp in root.glob(".step_*.tmp") if root.exists() else []:
+def valid_checkpoints(root: Path, log=_log.warning):
+    """Checkpoints that verify, newest first; corrupt ones are reported and skipped, temp folders removed."""
+    for tmp in root.glob(".step_*.tmp") if root.is_dir() else []:
         shutil.rmtree(tmp, ignore_errors=True)
     for path in reversed(list_checkpoints(root)):
         try:
             verify(path)
-            return path
         except CheckpointCorrupt as e:
-            log(f"skipping checkpoint {e}")
-    return None
+            log(f"skipping checkpoint {path.name}: {e}")
+            continue
+        yield path
+
+
+def latest_valid(root: Path, log=_log.warning) -> Path | None:
+    """The newest checkpoint that verifies (see ``valid_checkpoints``)."""
+    return next(valid_checkpoints(root, log), None)
+
+
+def _read_state(path: Path, run_id: str | None, log) -> dict | None:
+    """state.json of a verified checkpoint, or None (with a warning) when it is another run's or unreadable."""
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        keys = ("step", "epoch", "step_in_epoch", "nonfinite", "tokens_seen", "world_size", "global_batch_size",
+                "host_rng", "config")
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            raise ValueError("fields are missing")
+    except (ValueError, UnicodeDecodeError) as e:
+        log(f"skipping checkpoint {path.name}: {path / 'state.json'} is unreadable ({e})")
+        return None
+    if run_id is not None and state.get("run_id") not in (None, run_id):
+        log(f"skipping checkpoint {path.name}: it belongs to another run (run id {state.get('run_id')})")
+        return None
+    return state
 
 
 def load_tensors(path: Path) -> Any:
@@ -155,12 +187,18 @@ def load_tensors(path: Path) -> Any:
 def load_training_state(run: Any) -> bool:
     """Restore a ``train.Run`` (model, optimizer, scheduler, scaler, counters, data position and every RNG)
     from the newest checkpoint that verifies under ``run.ckpt_root``; False when there is none."""
-    path = latest_valid(run.ckpt_root, log=lambda m: print0(run.info, m))
-    if path is None:
+    def warn(message: str) -> None:
+        if run.info.is_main:
+            _log.warning(message)
+
+    for path in valid_checkpoints(run.ckpt_root, log=warn):
+        state = _read_state(path, getattr(run, "run_id", None), warn)
+        if state is not None:
+            break
+    else:
         return False
     from albertlm.hf import hf_to_ours, load_into, read_state_dict
 
-    state = json.loads((path / "state.json").read_text())
     if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
             run.info.world_size, run.cfg.global_batch_size, run.cfg.fsdp):
         raise TrainingError(f"{path} was written by {state['world_size']} processes, global batch "
@@ -202,6 +240,7 @@ def save_training_state(run: Any) -> Path | None:
     path = None
     if info.is_main:
         from albertlm.hf import save_state_dict
+        from albertlm.rundir import settings_json
 
         save_state_dict(run.config, "AlbertForPreTraining", model_sd, tmp)
         extra = {"scaler": run.scaler.state_dict()} if run.scaler.is_enabled() else {}
@@ -209,7 +248,8 @@ def save_training_state(run: Any) -> Path | None:
         state = {"step": run.step, "epoch": run.batches.epoch, "step_in_epoch": run.batches.step_in_epoch,
                  "nonfinite": run.nonfinite, "tokens_seen": run.tokens_seen,
                  "world_size": info.world_size, "global_batch_size": run.cfg.global_batch_size,
-                 "host_rng": host_rng_state(), "config": asdict(run.cfg)}
+                 "host_rng": host_rng_state(), "config": settings_json(run.cfg, run.out),
+                 "run_id": getattr(run, "run_id", None)}
         path = finalize(run.ckpt_root, tmp, run.step, state, run.cfg.keep_last)
     if info.enabled:
         torch.distributed.barrier()

@@ -44,6 +44,22 @@ def _show_library_logs() -> None:
     logger.setLevel(logging.INFO)
 
 
+# What to do about an operating-system error on a path the user named.
+_OS_FIXES = {
+    FileExistsError: "a file is in the way where a folder is needed; choose another path",
+    NotADirectoryError: "part of the path is a file, not a folder; choose another path",
+    IsADirectoryError: "a folder is where a file is needed; name the file",
+    PermissionError: "choose a path you can write (or read)",
+}
+
+
+def _os_error_line(e: OSError) -> str:
+    if e.filename is None:
+        return str(e)
+    fix = next((f for cls, f in _OS_FIXES.items() if isinstance(e, cls)), "")
+    return f"{e.filename}: {e.strerror or e}" + (f"; {fix}" if fix else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export."
@@ -63,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (AlbertlmError, *USER_OS_ERRORS) as e:
+    except AlbertlmError as e:
         print(f"albertlm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if not isinstance(e, USER_OS_ERRORS) and e.filename is None:
+            raise  # not about a path the user named: a bug, keep its traceback
+        print(f"albertlm {args.command}: error: {_os_error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"albertlm {args.command}: interrupted", file=sys.stderr)

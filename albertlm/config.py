@@ -108,9 +108,38 @@ class AlbertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown keys, round-tripped
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            try:
+                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            except ValueError:
+                raise ConfigError(f"AlbertConfig: id2label keys must be label ids (integers), got "
+                                  f"{list(self.id2label)[:5]}") from None
         self.validate()
+
+    def _check_types(self) -> None:
+        """Each field holds its declared JSON type (a config.json edited by hand may not): one clear line."""
+        import typing
+
+        hints = typing.get_type_hints(AlbertConfig)
+        for f in dataclasses.fields(self):
+            v, hint = getattr(self, f.name), hints[f.name]
+            optional = type(None) in typing.get_args(hint)
+            base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+            base = typing.get_origin(base) or base
+            if v is None and optional:
+                continue
+            if base is float and isinstance(v, int) and not isinstance(v, bool):
+                setattr(self, f.name, float(v))
+                continue
+            if base is int and isinstance(v, float) and v.is_integer():
+                setattr(self, f.name, int(v))
+                continue
+            if base in (int, float, str, bool, dict) and (not isinstance(v, base) or (base is not bool and
+                                                                                       isinstance(v, bool))):
+                want = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                        dict: "an object"}[base]
+                raise ConfigError(f"AlbertConfig: {f.name} must be {want}, got {v!r} ({type(v).__name__})")
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:

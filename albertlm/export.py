@@ -7,7 +7,12 @@
 
 An exported directory is self-contained: ``model.onnx`` (fp32), optionally ``model.int8.onnx``,
 ``config.json``, the tokenizer files and ``deploy.json`` (architecture, input/output names, the
-measured export error). Needs the ``deploy`` extra (onnx, onnxruntime); the package imports without it.
+measured export error, the sha256 of every file). Needs the ``deploy`` extra (onnx, onnxruntime); the
+package imports without it.
+
+An export is written into a temp folder inside ``--out`` and moved into place only when complete, with
+``deploy.json`` last: an export killed part-way leaves the previous one working, and a half-swapped
+folder fails its checksums (one line: export again) instead of serving a mix of two exports.
 
 Why the graph is post-processed: the TorchScript exporter routes every shared ALBERT weight through
 ``Identity`` nodes, and ``quantize_dynamic`` only quantizes a MatMul whose weight is an initializer, so
@@ -26,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import uuid
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -36,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.checkpoint import sha256
 from albertlm.config import AlbertConfig
 from albertlm.errors import UserError
 from albertlm.heads import HEADS
@@ -43,6 +51,7 @@ from albertlm.inference import MANIFEST_FILE, OnnxSession, TorchEngine, architec
 from albertlm.onnx_fusion import fuse_for_onnxruntime, ort_attention
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
+EXPORT_MARK = ".albertlm-export"  # in an export's temp folder: a killed export's leftovers are ours to remove
 DEFAULT_OPSET = 17
 # ORT op types quantized: MatMul/Gemm are the encoder and heads; Gather is the V x E embedding table,
 # which is a third of albert-base's weights and stays fp32 under the default op types.
@@ -142,56 +151,96 @@ def export_onnx(
     axes = {0: "batch", 1: "sequence"} if choices is None else {0: "batch", 1: "choices", 2: "sequence"}
     dynamic_axes = {name: axes for name in inputs}
     out_dir.mkdir(parents=True, exist_ok=True)
-    fp32_path = out_dir / FP32_FILE
-    fused = ort_attention(model) if graph == "ort" else contextlib.nullcontext()
-    with warnings.catch_warnings(), fused:
-        # The TorchScript exporter is deprecated in favour of torch.export, which takes ~6x longer
-        # here and gives the same graph after inline_shared_initializers; it is kept for speed and
-        # because it writes autograd Functions' symbolic ops (the fused Attention).
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Exportable(model, inputs, outputs).eval(),  # a fresh wrapper is in train mode: dropout on
-            sample_inputs(model.config, 2, 8, choices, p_mask=with_p_mask),
-            str(fp32_path),
-            input_names=list(inputs),
-            output_names=list(outputs),
-            dynamic_axes=dynamic_axes,
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-            custom_opsets={"com.microsoft": 1},
-        )
-    proto = onnx.load(str(fp32_path))
-    removed = inline_shared_initializers(proto)
-    onnx.save(proto, str(fp32_path))
-    fusions = fuse_for_onnxruntime(fp32_path, model.config) if graph == "ort" else {}
+    with _staging(out_dir) as (out_dir, final_dir):  # out_dir is the temp folder from here on
+        fp32_path = out_dir / FP32_FILE
+        fused = ort_attention(model) if graph == "ort" else contextlib.nullcontext()
+        with warnings.catch_warnings(), fused:
+            # The TorchScript exporter is deprecated in favour of torch.export, which takes ~6x longer
+            # here and gives the same graph after inline_shared_initializers; it is kept for speed and
+            # because it writes autograd Functions' symbolic ops (the fused Attention).
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Exportable(model, inputs, outputs).eval(),  # a fresh wrapper is in train mode: dropout on
+                sample_inputs(model.config, 2, 8, choices, p_mask=with_p_mask),
+                str(fp32_path),
+                input_names=list(inputs),
+                output_names=list(outputs),
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+                custom_opsets={"com.microsoft": 1},
+            )
+        proto = onnx.load(str(fp32_path))
+        removed = inline_shared_initializers(proto)
+        onnx.save(proto, str(fp32_path))
+        fusions = fuse_for_onnxruntime(fp32_path, model.config) if graph == "ort" else {}
 
-    manifest: dict[str, Any] = {
-        "architecture": arch,
-        "inputs": list(inputs),
-        "outputs": list(outputs),
-        "opset": opset,
-        "graph": graph,
-        "fused_ops": fusions,
-        "files": {"fp32": FP32_FILE},
-        "identity_nodes_inlined": removed,
-    }
-    check = dict(zip(inputs, sample_inputs(model.config, 3, 13, 3 if choices else None, seed=1, p_mask=with_p_mask),
-                     strict=True))  # fmt: skip
-    manifest["fp32_max_abs_diff"] = max_abs_diff(model, OnnxSession(fp32_path), check)
-    if quantize == "int8":
-        quantize_int8(fp32_path, out_dir / INT8_FILE)
-        manifest["files"]["int8"] = INT8_FILE
-        manifest["int8_max_abs_diff"] = max_abs_diff(model, OnnxSession(out_dir / INT8_FILE), check)
-        manifest["int8_report"] = quantization_report(out_dir / INT8_FILE)
-    manifest["sizes_bytes"] = {k: (out_dir / f).stat().st_size for k, f in manifest["files"].items()}
+        manifest: dict[str, Any] = {
+            "architecture": arch,
+            "inputs": list(inputs),
+            "outputs": list(outputs),
+            "opset": opset,
+            "graph": graph,
+            "fused_ops": fusions,
+            "files": {"fp32": FP32_FILE},
+            "identity_nodes_inlined": removed,
+        }
+        check = dict(zip(inputs, sample_inputs(model.config, 3, 13, 3 if choices else None, seed=1, p_mask=with_p_mask),
+                         strict=True))  # fmt: skip
+        manifest["fp32_max_abs_diff"] = max_abs_diff(model, OnnxSession(fp32_path), check)
+        if quantize == "int8":
+            quantize_int8(fp32_path, out_dir / INT8_FILE)
+            manifest["files"]["int8"] = INT8_FILE
+            manifest["int8_max_abs_diff"] = max_abs_diff(model, OnnxSession(out_dir / INT8_FILE), check)
+            manifest["int8_report"] = quantization_report(out_dir / INT8_FILE)
+        manifest["sizes_bytes"] = {k: (out_dir / f).stat().st_size for k, f in manifest["files"].items()}
 
-    # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
-    shutil.copyfile(model_dir / "config.json", out_dir / "config.json")
-    tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
-    manifest["tokenizer"] = _copy_tokenizer(tok_src, out_dir)
-    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
+        # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
+        shutil.copyfile(model_dir / "config.json", out_dir / "config.json")
+        tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
+        manifest["tokenizer"] = _copy_tokenizer(tok_src, out_dir)
+        written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
+        manifest["sha256"] = {name: sha256(out_dir / name) for name in written}
+        _swap_in(out_dir, final_dir, written, manifest)
+        return manifest
+
+
+@contextlib.contextmanager
+def _staging(out: Path):
+    """(a fresh temp folder inside ``out``, ``out``); the temp folder is removed however the export ends."""
+    for stale in out.glob(".export-*.tmp"):  # left by an export that was killed
+        if (stale / EXPORT_MARK).is_file():
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = out / f".export-{uuid.uuid4().hex[:12]}.tmp"
+    tmp.mkdir()
+    (tmp / EXPORT_MARK).write_text("")
+    try:
+        yield tmp, out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, out: Path, written: list[str], manifest: dict[str, Any]) -> None:
+    """Move a finished export into ``out``: the old manifest goes first and the new one comes last, so a
+    reader sees the old export, no export, or the new one; files of the old export not rewritten go too."""
+    old_files: set[str] = set()
+    try:
+        old = json.loads((out / MANIFEST_FILE).read_text())
+        old_files = set(old.get("sha256", {})) | set(old.get("files", {}).values())
+    except (OSError, ValueError, AttributeError):
+        pass
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    for name in written:
+        os.replace(tmp / name, out / name)
+    for name in old_files - set(written) - {MANIFEST_FILE}:
+        if "/" not in name and (out / name).is_file():
+            (out / name).unlink()
+    staged = tmp / MANIFEST_FILE
+    staged.write_text(json.dumps(manifest, indent=2) + "\n")
+    with open(staged, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(staged, out / MANIFEST_FILE)
 
 
 def _copy_tokenizer(src: Path, out_dir: Path) -> bool:

@@ -127,6 +127,7 @@ def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, tra
     policy = policy or RowPolicy()
     data = Path(data)
     train_ex, train_path = read_split(task, data, "train", policy, train_file)
+    _require_labels(train_ex, train_path, "fine-tuning needs a label on every training example")
     labels = kind_of(task).label_set(task, train_ex)
     if limit_train:
         train_ex = train_ex[:limit_train]
@@ -141,7 +142,17 @@ def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, tra
         eval_ex, eval_path = _dev_or_test(task, data, policy, train_path)
     if limit_eval:
         eval_ex = eval_ex[:limit_eval]
+    _require_labels(eval_ex, eval_path, "evaluation needs labels; pass a labelled --eval-file or --holdout N")
     return Data(train_ex, eval_ex, str(train_path), str(eval_path), labels)
+
+
+def _require_labels(examples: list, path: str | Path, why: str) -> None:
+    """One line naming the first unlabelled example (a file without a label column, say)."""
+    for ex in examples:
+        if getattr(ex, "label", 0) is None:
+            where = getattr(ex, "source", None) or str(path)
+            raise DataError(f"{where}: no label (does {Path(str(path).split(' (')[0]).name} have a label column?); "
+                            f"{why}")
 
 
 def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) -> tuple[list, Path]:

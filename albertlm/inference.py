@@ -164,6 +164,7 @@ class OnnxEngine(OnnxSession):
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
         if quantized and "int8" not in files:
             raise FileNotFoundError(f"{directory} has no int8 graph; export with --quantize int8")
+        _verify_export(directory, self.manifest)
         use_int8 = "int8" in files if quantized is None else quantized
         super().__init__(directory / files["int8" if use_int8 else "fp32"], threads)
         self.directory = directory
@@ -171,6 +172,20 @@ class OnnxEngine(OnnxSession):
         self.architecture = self.manifest["architecture"]
         self.head = HEADS[self.architecture]
         self.config = AlbertConfig.load(directory)
+
+
+def _verify_export(directory: Path, manifest: dict) -> None:
+    """Every file deploy.json lists has its recorded sha256 (exports before checksums are taken as they are)."""
+    from albertlm.checkpoint import sha256
+
+    sums = manifest.get("sha256", {})
+    if not isinstance(sums, dict):
+        raise DataError(f"{directory / MANIFEST_FILE}: damaged manifest (sha256 is not a table); export again")
+    for name, digest in sums.items():
+        f = directory / str(name)
+        if not f.is_file() or sha256(f) != digest:
+            raise DataError(f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
+                            "interrupted); export again: albertlm export --model DIR --out DIR")
 
 
 def load_engine(directory: str | Path, engine: str = "torch", threads: int | None = None,

@@ -13,8 +13,9 @@ row). ``GET /health`` always. Long QA contexts are windowed as in evaluation: th
 request's size, not on context length. The schemas are in ``/openapi.json``.
 
 Every rejected request gets a 4xx with ``{"error": {"code", "message"}}``: 400 malformed body (not UTF-8,
-not JSON), 404 endpoint not served by this model, 413 body over ``max_request_bytes`` (checked while
-streaming, so a chunked body is never read whole), 422 wrong fields or too many inputs. Inference runs
+not JSON, a lone surrogate escape in a string), 404 endpoint not served by this model, 413 body over
+``max_request_bytes`` (checked while streaming, so a chunked body is never read whole), 422 wrong fields
+or too many inputs. Inference runs
 in a worker thread under one lock: concurrent requests queue instead of oversubscribing the cores.
 """
 
@@ -35,12 +36,20 @@ MAX_DEPTH = 32  # nesting a request body may have
 
 
 def _depth(value: Any, limit: int) -> int:
+    """How deep ``value`` nests (stopping past ``limit``); refuses strings that are not Unicode text: a JSON
+    escape may encode half a surrogate pair (``"\\ud800"``), which no tokenizer can take."""
     stack, deepest = [(value, 1)], 1
     while stack:
         v, d = stack.pop()
         deepest = max(deepest, d)
         if deepest > limit:
             break
+        for text in ([v] if isinstance(v, str) else list(v) if isinstance(v, dict) else []):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise RequestError(400, "invalid_unicode", f"a string holds a lone surrogate escape "
+                                   f"({text[e.start]!r} at char {e.start}); send valid Unicode") from None
         if isinstance(v, dict):
             stack.extend((x, d + 1) for x in v.values())
         elif isinstance(v, list):

@@ -569,6 +569,21 @@ def _lines(files: list[Path], progress: bool) -> Iterator[str]:
                     yield line
 
 
+# SentencePiece splits its work by thread, and the pieces it learns depend on the split: a fixed count (its
+# own default) makes a vocabulary the same on every machine, whatever its number of cores.
+SPM_THREADS = 16
+
+
+def _refuse_other_kind(out_dir: Path, writing: str) -> None:
+    """One folder holds one tokenizer: ``load_tokenizer`` would go on using a different kind found there."""
+    from albertlm.errors import UserError
+
+    other = VOCAB_FILE if writing == SPM_FILE else SPM_FILE
+    if (out_dir / other).exists():
+        raise UserError(f"{out_dir} already holds a {other} tokenizer; training a {writing} there would leave "
+                        f"two (and {other} could be used); choose another --out or remove {out_dir / other}")
+
+
 def train_sentencepiece(
     inputs: list[str | Path],
     out_dir: str | Path,
@@ -597,6 +612,7 @@ def train_sentencepiece(
     _check_compat(compat, "compat")
     files = expand_inputs(inputs)
     out_dir = Path(out_dir)
+    _refuse_other_kind(out_dir, SPM_FILE)
     out_dir.mkdir(parents=True, exist_ok=True)
     specials = re.compile(r"<unk>|<pad>|\[CLS\]|\[SEP\]|\[MASK\]")
 
@@ -622,7 +638,7 @@ def train_sentencepiece(
                 user_defined_symbols=list(user_defined_symbols),
                 input_sentence_size=input_sentence_size,
                 shuffle_input_sentence=True,
-                num_threads=num_threads or os.cpu_count() or 1,
+                num_threads=num_threads or SPM_THREADS,
                 minloglevel=1 if progress else 2,
             )
         except RuntimeError as e:
@@ -652,13 +668,19 @@ def train_wordpiece(
     (the alphabet first, so every seen character has an id). The unused slots are room for task tokens;
     ``unused_slots=0`` gives a compact [PAD] [UNK] [CLS] [SEP] [MASK] head. The trainer never drops a
     character of the alphabet, so a corpus with more characters than ``vocab_size`` gives a larger vocab.
-    The tokenizer follows ``compat`` ("original" unless asked otherwise)."""
+    The tokenizer follows ``compat`` ("original" unless asked otherwise).
+
+    Deterministic: the trainer numbers the ``##c`` pieces in hash-map order and breaks ties between equally
+    frequent merges by those numbers (huggingface/tokenizers#1794), so the same corpus could give another
+    vocabulary each run. A first pass collects every character seen inside a word and hands the ``##c``
+    pieces to the trainer up front, in sorted order, which fixes their numbers and so every merge."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import normalizers, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
 
     _check_compat(compat, "compat")
     files = expand_inputs(inputs)
+    _refuse_other_kind(Path(out_dir), VOCAB_FILE)
     head = [
         "[PAD]",
         *(f"[unused{i}]" for i in range(1, unused_slots + 1)),
@@ -676,16 +698,24 @@ def train_wordpiece(
         clean_text=True, handle_chinese_chars=True, lowercase=lowercase
     )
     tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    inner: set[str] = set()
+    for line in _lines(files, progress):
+        for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(line)):
+            inner.update(word[1:])
+    continuing = [f"##{c}" for c in sorted(inner)]
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size - len(head) + len(WORDPIECE_SPECIALS),
         min_frequency=min_frequency,
-        special_tokens=list(WORDPIECE_SPECIALS),
+        special_tokens=[*WORDPIECE_SPECIALS, *continuing],
         continuing_subword_prefix="##",
         show_progress=False,
     )
     tk.train_from_iterator(_lines(files, progress), trainer=trainer)
-    learned = sorted(tk.get_vocab().items(), key=lambda kv: kv[1])
-    tokens = head + [t for t, _ in learned if t not in WORDPIECE_SPECIALS and t not in head]
+    learned = [t for t, _ in sorted(tk.get_vocab().items(), key=lambda kv: kv[1])]
+    learned = [t for t in learned if t not in WORDPIECE_SPECIALS and t not in head]
+    # the trainer's layout: the alphabet, then the ##c pieces, then the merges in the order learned
+    alphabet, cont = [t for t in learned if len(t) == 1], set(continuing)
+    tokens = head + alphabet + continuing + [t for t in learned if len(t) > 1 and t not in cont]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")

@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from albertlm import checkpoint as ckpt
+from albertlm import rundir
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
 from albertlm.errors import TrainingError
@@ -47,8 +48,10 @@ LR_DEFAULTS = {"lamb": 1.76e-3, "adamw": 5e-4}  # the paper's LAMB rate for batc
 @dataclass
 class PretrainConfig:
     out: str = _opt("runs/pretrain", "run directory: metrics.jsonl, checkpoints/, final/")
+    overwrite: bool = _opt(False, "replace the run already in --out (removes only the files a run writes there)")
     data: str | None = _opt(None, "shards from `albertlm data build`; omit for the embedded demo corpus")
     valid_data: str | None = _opt(None, "held-out shards for periodic validation")
+    verify_data: bool = _opt(True, "check every shard's sha256 before training (--no-verify-data skips the read)")
     preset: str = _opt("albert-tiny", "model preset (see `albertlm params`); V and special ids come from the data")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE, e.g. {"sharing": "none"}
     init_from: str | None = _opt(None, "start from these weights (HF-layout model directory)")
@@ -74,7 +77,8 @@ class PretrainConfig:
     eval_batches: int = _opt(20, "micro-batches per validation")
     save_every: int = _opt(100, "steps between checkpoints")
     keep_last: int = _opt(2, "checkpoints kept")
-    max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops")
+    max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops; a run "
+                                  "whose last min(N, steps) updates were all skipped fails")
     device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
     peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table)")
     tensorboard: bool = _opt(False, "also log to TensorBoard (if installed)")
@@ -256,11 +260,31 @@ def evaluate(model, dataset, cfg: PretrainConfig, info: DistInfo, collate, autoc
     }
 
 
+def _check_same_vocabulary(model_dir: str, data: str, tok: dict[str, Any]) -> None:
+    """Refuse weights whose tokenizer gives the data's ids other meanings (same size is not enough)."""
+    from albertlm.data import vocab_fingerprint
+    from albertlm.tokenizer import SPM_FILE, VOCAB_FILE, load_tokenizer
+
+    d = Path(model_dir)
+    if not any((d / f).is_file() for f in (SPM_FILE, VOCAB_FILE)):
+        _log.warning(f"--init-from {model_dir} holds no tokenizer ({SPM_FILE} or {VOCAB_FILE}), so its vocabulary "
+                     f"cannot be checked against {data}'s")
+        return
+    theirs = load_tokenizer(d)
+    expected = tok.get("fingerprint")
+    if expected is None and tok.get("path") and Path(tok["path"]).exists():
+        expected = vocab_fingerprint(load_tokenizer(tok["path"]))  # shards built before fingerprints
+    if expected is not None and vocab_fingerprint(theirs) != expected:
+        raise TrainingError(f"--init-from {model_dir}: its vocabulary ({theirs.kind}, {theirs.vocab_size} pieces) is "
+                            f"not the one {data} was built with ({tok['kind']}, {tok['vocab_size']} pieces), so every "
+                            f"id would mean another token; build the shards with {model_dir}'s tokenizer")
+
+
 # ------------------------------------------------------------------------------------------ the run
 class Run:
     """Everything a run holds; ``train()`` is the loop."""
 
-    def __init__(self, cfg: PretrainConfig):
+    def __init__(self, cfg: PretrainConfig, resume: bool = False):
         from albertlm.data import PretrainingDataset, load_manifest
 
         self.cfg = cfg
@@ -269,9 +293,15 @@ class Run:
         self.acc = cfg.validate(info.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
-        manifest = load_manifest(cfg.data)
+        # Every rank checks the folder before rank 0 changes it, so all reach the same verdict.
+        self.run_id = rundir.prepare(self.out, resume, cfg.overwrite)
+        if info.enabled:
+            torch.distributed.barrier()
+        if cfg.overwrite and info.is_main and rundir.holds_run(self.out):
+            rundir.remove_previous_run(self.out)
+        manifest = load_manifest(cfg.data, verify=cfg.verify_data)
         self.dataset = PretrainingDataset(cfg.data)
-        self.valid = PretrainingDataset(cfg.valid_data) if cfg.valid_data else None
+        self.valid = PretrainingDataset(cfg.valid_data, verify=cfg.verify_data) if cfg.valid_data else None
         self.task = manifest["settings"].get("task", "sop")
         tok = manifest["tokenizer"]
         self.tokenizer_path = tok.get("path")
@@ -284,6 +314,7 @@ class Run:
             if self.model.config.vocab_size < tok["vocab_size"]:
                 raise TrainingError(f"--init-from {cfg.init_from} has {self.model.config.vocab_size} tokens but the "
                                     f"data's tokenizer has {tok['vocab_size']}; build the shards with its tokenizer")
+            _check_same_vocabulary(cfg.init_from, cfg.data, tok)
         else:
             config = AlbertConfig.from_preset(cfg.preset, **overrides)
             if max_len > config.max_position_embeddings:
@@ -300,6 +331,7 @@ class Run:
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.nonfinite, self.tokens_seen = 0, 0, 0
+        self.skipped_in_a_row = 0  # updates skipped since the last one applied (not saved: a resume restarts it)
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
 
     # -------------------------------------------------------------- state
@@ -321,7 +353,7 @@ class Run:
         cfg, info = self.cfg, self.info
         self.out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (self.out / "run_config.json").write_text(json.dumps(asdict(cfg), indent=1))
+            rundir.write_config(cfg, self.out, self.run_id)
         model = self.wrapped
         use_compile = cfg.compile if cfg.compile is not None else info.device.type == "cuda"
         if use_compile:
@@ -356,6 +388,10 @@ class Run:
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self.save()
         bar.close()
+        if self.skipped_in_a_row and self.skipped_in_a_row >= min(cfg.max_nonfinite, self.step):
+            raise TrainingError(f"the last {self.skipped_in_a_row} updates were all skipped (non-finite loss or "
+                                "gradient), so the model did not train; final/ was not written. Lower --lr, use "
+                                "--precision fp32 or bf16, or check the data")
         final = self.out / "final"
         model_sd, _ = ckpt.full_state(self)  # a collective under FSDP: every rank takes part
         if info.is_main:
@@ -395,6 +431,7 @@ class Run:
         bad = any_rank(info, not (math.isfinite(sums["loss"]) and torch.isfinite(grad_norm).item()))
         if bad and not self.scaler.is_enabled():
             self.nonfinite += 1
+            self.skipped_in_a_row += 1
             self.optimizer.zero_grad(set_to_none=True)
             print0(info, f"step {self.step + 1}: non-finite loss or gradient, update skipped "
                          f"({self.nonfinite}/{cfg.max_nonfinite})")
@@ -402,6 +439,7 @@ class Run:
                 raise TrainingError(f"{self.nonfinite} steps with a non-finite loss or gradient; stopping without "
                                     "saving. Lower --lr, use --precision fp32 or bf16, or check the data")
         else:
+            self.skipped_in_a_row = 0
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
@@ -474,12 +512,23 @@ def _progress(enabled: bool, initial: int, total: int):
     return tqdm(total=total, initial=initial, disable=not enabled, desc="pretrain", dynamic_ncols=True)
 
 
+def load_run_config(out: str | Path) -> PretrainConfig:
+    """The settings of the run in ``out`` (for ``--resume``), its paths resolved against ``out`` itself."""
+    import dataclasses
+
+    saved, _ = rundir.read_config(out)
+    saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
+    fields = {f.name for f in dataclasses.fields(PretrainConfig)}
+    return PretrainConfig(**{k: v for k, v in saved.items() if k in fields}, out=str(out))
+
+
 def pretrain(cfg: PretrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group."""
-    run = Run(cfg)
+    run = Run(cfg, resume)
     try:
         if resume and not run.resume():
-            print0(run.info, f"no checkpoint under {run.ckpt_root}; starting from step 0")
+            raise TrainingError(f"--resume: no valid checkpoint under {run.ckpt_root} (see the warnings above); "
+                                f"start afresh with --overwrite, or restore a checkpoint there")
         result = run.train()
         result["world_size"] = run.info.world_size
         return result

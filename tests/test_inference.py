@@ -62,9 +62,10 @@ def _model_dir(task_name: str, root: Path) -> Path:
 
 
 def _same(a: object, b: object, path: str = "") -> None:
-    """Equal structure and strings; floats within 1e-4."""
+    """Equal structure and strings; floats within 1e-4, absolute or relative (QA scores are sums of wide
+    logits, ~5 in size, where the fused onnxruntime kernels differ from torch by a few 1e-5 relative)."""
     if isinstance(a, float) or isinstance(b, float):
-        assert a == pytest.approx(b, abs=1e-4), path
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), path
     elif isinstance(a, dict):
         assert set(a) == set(b), path
         for k in a:

@@ -4,13 +4,13 @@
     albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-valid --out runs/en
     torchrun --nproc_per_node 2 -m albertlm pretrain --data shards/en --out runs/en-ddp
     albertlm pretrain --out runs/en --resume                     # settings come from runs/en/run_config.json
+    albertlm pretrain --data shards/en --out runs/en --overwrite  # replace the run in runs/en
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid "
+                   "checkpoint (settings from its run_config.json; writes only into --out)")
     add_flags(p, PretrainConfig)
     p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
     p.add_argument("--embedding-size", type=int, help="override E")
@@ -48,14 +49,12 @@ def _config_from_args(args: argparse.Namespace, base=None):  # noqa: ANN001
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.train import PretrainConfig, pretrain
+    from albertlm.train import PretrainConfig, load_run_config, pretrain
 
     start = time.time()
-    if args.resume and args.out and (Path(args.out) / "run_config.json").exists():
-        saved = json.loads((Path(args.out) / "run_config.json").read_text())
-        saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
-        fields = {f.name for f in dataclasses.fields(PretrainConfig)}
-        cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in fields})
+    if args.resume:
+        cfg = load_run_config(args.out or DEMO["out"])
+        cfg.overwrite = bool(args.overwrite)  # refused with --resume by the run itself
         if args.max_steps:
             cfg.max_steps = args.max_steps
     elif args.data is None:
@@ -73,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     valid = ""
     if "valid_mlm_acc" in result:
         valid = f"; held-out MLM acc {result['valid_mlm_acc']:.3f}, SOP acc {result['valid_sop_acc']:.3f}"
-    print(f"pretrained {result['steps']} steps, {result['tokens']:,} tokens in {(time.time() - start) / 60:.1f} min"
+    skipped = f" ({result['nonfinite_steps']} skipped: non-finite)" if result.get("nonfinite_steps") else ""
+    print(f"pretrained {result['steps']} steps{skipped}, {result['tokens']:,} tokens in "
+          f"{(time.time() - start) / 60:.1f} min"
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
     return 0

@@ -127,7 +127,7 @@ def _encode(args: argparse.Namespace) -> int:
     from albertlm.tokenizer import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer, compat=args.compat)
-    lines = iter([args.text]) if args.text is not None else (line.rstrip("\n") for line in sys.stdin)
+    lines = iter([args.text]) if args.text is not None else _stdin_lines()
     add = not args.no_special_tokens
     # Chunks keep memory bounded on long stdin streams, yet give the C++ encoders big batches.
     while chunk := list(itertools.islice(lines, 10_000)):
@@ -137,3 +137,14 @@ def _encode(args: argparse.Namespace) -> int:
                 row["pieces"] = tok.convert_ids_to_tokens(ids)
             print(json.dumps(row, ensure_ascii=False))
     return 0
+
+
+def _stdin_lines():
+    """stdin as UTF-8 lines, read as bytes so a bad byte is one clear error, not a crash mid-stream."""
+    from albertlm.errors import UserError
+
+    for n, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if n == 1 else "utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise UserError(f"stdin:{n}: not UTF-8 text (byte {e.start}); convert it to UTF-8") from None

@@ -24,9 +24,10 @@ from albertlm.data.instances import (
     ngram_probs,
     plan_instances,
 )
-from albertlm.data.shards import MANIFEST, DataFormatError, build_dataset, load_manifest, tokenizer_info
+from albertlm.data.shards import BUILD_MARK, MANIFEST, DataFormatError, build_dataset, load_manifest, tokenizer_info
 
 __all__ = [
+    "BUILD_MARK",
     "INPUT_FORMATS",
     "MANIFEST",
     "TASKS",

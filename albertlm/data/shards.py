@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from albertlm.checkpoint import sha256
 from albertlm.data.corpus import chunk_boundaries, detect_format, iter_documents, looks_binary, resolve_inputs
 from albertlm.data.instances import (
     DocumentEncoder,
@@ -50,6 +51,9 @@ _log = logging.getLogger(__name__)
 FORMAT = "albertlm-pretraining-data"
 VERSION = 1
 MANIFEST = "manifest.json"
+# Written first into every build folder: a crashed build's leftovers (``.tmp-<id>``, or ``shards-<id>``
+# renamed before its manifest) carry it, so the next build removes them and nothing it did not create.
+BUILD_MARK = ".albertlm-build"
 
 
 class DataFormatError(DataError):
@@ -115,7 +119,14 @@ def tokenizer_info(tok) -> dict:
         "mask_id": int(tok.mask_id),
         "compat": tok.compat,
         "path": str(getattr(tok, "file", "") or ""),
+        "fingerprint": vocab_fingerprint(tok),
     }
+
+
+def vocab_fingerprint(tok) -> str:
+    """sha256 of the pieces in id order: two tokenizers agree on what every id means iff these match."""
+    pieces = tok.convert_ids_to_tokens(list(range(int(tok.vocab_size))))
+    return hashlib.sha256("\n".join(pieces).encode("utf-8")).hexdigest()
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -310,6 +321,7 @@ def build_dataset(
     build_id = uuid.uuid4().hex[:12]
     tmp = out / f".tmp-{build_id}"
     tmp.mkdir()
+    (tmp / BUILD_MARK).write_text("")  # empty: a build is a pure function of its inputs, byte for byte
     word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
     ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
     ws_meta.write(word_start)
@@ -396,16 +408,38 @@ def build_dataset(
         "seconds": round(time.time() - t0, 3),
     }
     # swap in: drop the old manifest first, so a crash from here on leaves no readable half-state
-    old = [p for p in out.glob("shards-*") if p.is_dir()]
+    old = [p for p in _previous_builds(out) if p != tmp]
     if (out / MANIFEST).exists():
         os.unlink(out / MANIFEST)
         _fsync_dir(out)
     os.rename(tmp, out / manifest["shard_dir"])
     _fsync_dir(out)
     _write_json_atomic(out / MANIFEST, manifest)
-    for p in old + [p for p in out.glob(".tmp-*") if p.is_dir()]:
-        shutil.rmtree(p, ignore_errors=True)
+    for p in old:
+        _remove_build(p)
     return manifest
+
+
+def _remove_build(path: Path) -> None:
+    """Delete a folder an earlier build made, its mark last: killed part-way, it is still known as ours."""
+    for p in path.iterdir():
+        if p.name != BUILD_MARK:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    (path / BUILD_MARK).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _previous_builds(out: Path) -> list[Path]:
+    """Folders earlier builds made in ``out``: the shard folder its manifest names, and any ``shards-*`` or
+    ``.tmp-*`` folder holding ``BUILD_MARK``. A folder of the user's is never among them."""
+    found = [p for pat in ("shards-*", ".tmp-*") for p in out.glob(pat) if (p / BUILD_MARK).is_file()]
+    try:
+        named = out / json.loads((out / MANIFEST).read_text(encoding="utf-8"))["shard_dir"]
+        if named.parent == out and named.name.startswith("shards-") and named.is_dir() and named not in found:
+            found.append(named)  # a build from before the mark existed
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return found
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -421,18 +455,23 @@ def load_manifest(path: str | Path, verify: bool = False) -> dict:
         m = json.loads(mpath.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise DataFormatError(f"unreadable manifest {mpath}: {e}") from e
-    if m.get("format") != FORMAT or m.get("version") != VERSION or m.get("complete") is not True:
+    if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("version") != VERSION or \
+            m.get("complete") is not True:
         raise DataFormatError(f"{mpath} is not a complete {FORMAT} v{VERSION} manifest")
-    sdir = root / m["shard_dir"]
-    entries = [("word_start", m["word_start"])] + [
-        (f"{i:05d}.{k}", f) for i, s in enumerate(m["shards"]) for k, f in s["files"].items()
-    ]
-    for name, f in entries:
-        p = sdir / f"{name}.bin"
-        if not p.is_file() or p.stat().st_size != f["bytes"]:
-            raise DataFormatError(f"shard file {p} is missing or has the wrong size (interrupted build?)")
-        if verify and hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
-            raise DataFormatError(f"checksum mismatch in {p}")
+    try:
+        sdir = root / m["shard_dir"]
+        entries = [("word_start", m["word_start"])] + [
+            (f"{i:05d}.{k}", f) for i, s in enumerate(m["shards"]) for k, f in s["files"].items()
+        ]
+        for name, f in entries:
+            p = sdir / f"{name}.bin"
+            if not p.is_file() or p.stat().st_size != f["bytes"]:
+                raise DataFormatError(f"shard file {p} is missing or has the wrong size (interrupted build?)")
+            if verify and sha256(p) != f["sha256"]:
+                raise DataFormatError(f"checksum mismatch in {p}: the file is damaged; build the data again")
+        _ = (int(m["tokenizer"]["vocab_size"]), np.dtype(m["token_dtype"]), dict(m["settings"]))  # readers need them
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DataFormatError(f"{mpath} is damaged ({type(e).__name__}: {e}); build the data again") from None
     return m
 
 

@@ -1,0 +1,129 @@
+"""A pretraining run directory: one run's settings, identity and outputs, never mixed with another's.
+
+    RUN/run_config.json   the settings (paths inside RUN stored relative to it) and the run's id
+    RUN/metrics.jsonl     one JSON line per log / validation
+    RUN/checkpoints/      step_XXXXXXXX/ folders (see ``albertlm.checkpoint``)
+    RUN/final/            the trained model (HF layout) and its tokenizer
+    RUN/tensorboard/      with ``--tensorboard``
+
+Nothing in these files depends on where RUN lives: a copied or moved run resumes from its own checkpoints
+and writes only into itself. A fresh run refuses a directory that already holds a run's outputs unless
+``overwrite`` is set, and then removes only the files a run writes (listed below), never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from albertlm.errors import UserError
+
+_log = logging.getLogger(__name__)
+
+RUN_CONFIG = "run_config.json"
+METRICS = "metrics.jsonl"
+# Settings that name files or folders: stored relative to the run directory when they lie inside it.
+PATH_FIELDS = ("data", "valid_data", "init_from")
+# What a run writes into its directory; ``remove_previous_run`` deletes these and nothing else.
+RUN_FILES = (RUN_CONFIG, METRICS)
+RUN_DIRS = ("checkpoints", "final", "tensorboard")
+FINAL_FILES = ("config.json", "model.safetensors", ".model.safetensors.tmp", "spiece.model", "vocab.txt",
+               "tokenizer_config.json")
+
+
+def settings_json(cfg: Any, run_dir: Path) -> dict[str, Any]:
+    """``cfg`` as JSON without its own location, paths inside ``run_dir`` made relative to it."""
+    settings = asdict(cfg)
+    settings.pop("out", None)
+    settings.pop("overwrite", None)
+    base = Path(os.path.abspath(run_dir))
+    for name in PATH_FIELDS:
+        value = settings.get(name)
+        if value:
+            p = Path(os.path.abspath(value))
+            settings[name] = os.path.relpath(p, base) if p.is_relative_to(base) else str(p)
+    return settings
+
+
+def write_config(cfg: Any, run_dir: Path, run_id: str) -> None:
+    """run_config.json, written to a temp name and renamed."""
+    tmp = run_dir / f".{RUN_CONFIG}.tmp"
+    tmp.write_text(json.dumps({"run_id": run_id, **settings_json(cfg, run_dir)}, indent=1))
+    os.replace(tmp, run_dir / RUN_CONFIG)
+
+
+def read_config(run_dir: str | Path) -> tuple[dict[str, Any], str | None]:
+    """(settings with paths resolved against ``run_dir``, run id) from ``run_dir/run_config.json``."""
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        raise UserError(f"--resume: {run_dir} holds no {RUN_CONFIG}, so it is not a run to resume; "
+                        "start a run there without --resume")
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"--resume: {path} is unreadable ({e}); restore it from a copy, or start afresh with "
+                        "--overwrite") from None
+    run_id = saved.pop("run_id", None)
+    for name in PATH_FIELDS:
+        value = saved.get(name)
+        if value and not Path(value).is_absolute():
+            saved[name] = str(run_dir / value)
+    return saved, run_id
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """The names of a run's outputs already in ``run_dir``."""
+    if not run_dir.is_dir():
+        return []
+    return [n for n in (*RUN_FILES, *RUN_DIRS) if (run_dir / n).exists()]
+
+
+def prepare(run_dir: Path, resume: bool, overwrite: bool) -> str:
+    """Check (and with ``overwrite`` clear) ``run_dir`` for this run; returns the run's id. Only reads the
+    directory unless ``overwrite`` is set and a previous run is found: every rank can call it first."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--out {run_dir} is a file, not a directory; pick another --out")
+    if resume:
+        if overwrite:
+            raise UserError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+        return read_config(run_dir)[1] or uuid.uuid4().hex
+    found = holds_run(run_dir)
+    if found and not overwrite:
+        raise UserError(f"--out {run_dir} already holds a run ({', '.join(found)}); continue it with --resume, "
+                        "replace it with --overwrite, or choose another --out")
+    return uuid.uuid4().hex
+
+
+def remove_previous_run(run_dir: Path) -> None:
+    """Delete what a previous run wrote into ``run_dir`` (and nothing else: other files stay, and so do the
+    folders holding them)."""
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    ckpts = run_dir / "checkpoints"
+    if ckpts.is_dir():
+        for p in ckpts.iterdir():
+            if p.is_dir() and (p.name.startswith("step_") or (p.name.startswith(".step_") and p.name.endswith(".tmp"))):
+                shutil.rmtree(p)
+    final = run_dir / "final"
+    for name in FINAL_FILES:
+        if final.is_dir():
+            (final / name).unlink(missing_ok=True)
+    tb = run_dir / "tensorboard"
+    if tb.is_dir():
+        for p in tb.glob("events.out.tfevents.*"):
+            p.unlink()
+    for d in RUN_DIRS:
+        try:
+            (run_dir / d).rmdir()  # only when empty: a folder still holding the user's files stays
+        except OSError:
+            pass
+    _log.info(f"removed the previous run's outputs from {run_dir}")

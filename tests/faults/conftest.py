@@ -1,0 +1,71 @@
+"""Tiny inputs for the fault tests: a corpus of stdlib docstrings, a SentencePiece tokenizer, dynamic shards,
+and helpers to run the CLI in a subprocess and check that a failure is one clear line."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16, num_hidden_layers=2)
+TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    from albertlm.demo import _sentences, stdlib_docstrings
+
+    root = tmp_path_factory.mktemp("faults-corpus")
+    text = root / "corpus.txt"
+    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
+    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 150)))
+    return text
+
+
+@pytest.fixture(scope="session")
+def tok_dir(corpus, tmp_path_factory) -> Path:
+    from albertlm.tokenizer import train_sentencepiece
+
+    out = tmp_path_factory.mktemp("faults-tok")
+    train_sentencepiece([corpus], out, vocab_size=400, num_threads=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def shards(corpus, tok_dir, tmp_path_factory) -> Path:
+    from albertlm.data import InstanceConfig, build_dataset
+    from albertlm.tokenizer import load_tokenizer
+
+    out = tmp_path_factory.mktemp("faults-shards") / "shards"
+    build_dataset([corpus], load_tokenizer(tok_dir), out, cfg=InstanceConfig(max_seq_length=32), seed=1)
+    return out
+
+
+def pretrain_args(shards: Path, out: Path, *extra: str, steps: int = 4) -> list[str]:
+    return ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "1",
+            "--global-batch-size", "4", "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "2",
+            "--lr", "5e-3", "--eval-every", "1000", "--log-every", "1", "--no-progress", *TINY_SET, *extra]
+
+
+def albertlm(*args: str, stdin: bytes | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m albertlm ARGS`` in a subprocess, this checkout's code; text output (bytes in)."""
+    r = subprocess.run([sys.executable, "-m", "albertlm", *args], input=stdin, capture_output=True, env=ENV,
+                       timeout=timeout)
+    r.stdout, r.stderr = r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+    return r
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """A refusal: exit 2, no traceback, the last stderr line is ``albertlm CMD: error: ...`` naming ``needles``."""
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert ": error: " in line, r.stderr[-3000:]
+    for n in needles:
+        assert n in line, (n, line)
+    return line
