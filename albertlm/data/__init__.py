@@ -24,7 +24,15 @@ from albertlm.data.instances import (
     ngram_probs,
     plan_instances,
 )
-from albertlm.data.shards import BUILD_MARK, MANIFEST, DataFormatError, build_dataset, load_manifest, tokenizer_info
+from albertlm.data.shards import (
+    BUILD_MARK,
+    MANIFEST,
+    DataFormatError,
+    build_dataset,
+    load_manifest,
+    tokenizer_info,
+    vocab_fingerprint,
+)
 
 __all__ = [
     "BUILD_MARK",
@@ -51,4 +59,5 @@ __all__ = [
     "resolve_inputs",
     "split_sentences",
     "tokenizer_info",
+    "vocab_fingerprint",
 ]
