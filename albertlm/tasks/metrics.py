@@ -29,6 +29,13 @@ def accuracy_f1(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]
     return {**accuracy(preds, labels), "f1": float(f1_score(labels, preds, pos_label=1, zero_division=0))}
 
 
+def accuracy_macro_f1(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
+    """Your own classes: accuracy, and macro F1 (each class counts the same, so a rare class is not drowned)."""
+    from sklearn.metrics import f1_score
+
+    return {**accuracy(preds, labels), "macro_f1": float(f1_score(labels, preds, average="macro", zero_division=0))}
+
+
 def matthews(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
     from sklearn.metrics import matthews_corrcoef
 
