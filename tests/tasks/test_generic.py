@@ -262,7 +262,8 @@ def test_user_csv_finetune_evaluate_predict_export(en_tok_dir, tmp_path, capsys)
 
 @pytest.mark.parametrize("task, data, extra, main_metric", [
     ("classification", "chnsenticorp_train.jsonl",
-     ["--eval-file", str(GEN / "chnsenticorp_dev.jsonl"), "--text-column", "评论", "--label-column", "情感"], "macro_f1"),
+     ["--eval-file", str(GEN / "chnsenticorp_dev.jsonl"), "--text-column", "评论", "--label-column", "情感"],
+     "macro_f1"),
     ("classification", "afqmc_pairs.tsv", ["--text-column", "0", "--pair-column", "1", "--label-column", "2"],
      "macro_f1"),
     ("regression", "chnsenticorp_train.tsv", ["--text-column", "1", "--label-column", "0"], "pearson"),
@@ -329,7 +330,8 @@ def test_cli_errors_are_one_line(en_tok_dir, tmp_path, capsys):
         (["--task", "classification", "--data", str(GEN / "sst2_train.csv"), "--text-column", "body"],
          "no column 'body' for --text-column (the file has: review, sentiment)"),
         (["--task", "classification", "--data", str(GEN / "sst2_train.csv"), "--label-column", "sentiment",
-          "--text-column", "review", "--eval-file", str(GEN / "chnsenticorp_dev.jsonl")], "no column 'review' for --text-column"),
+          "--text-column", "review", "--eval-file", str(GEN / "chnsenticorp_dev.jsonl")],
+         "no column 'review' for --text-column"),
     ]  # fmt: skip
     for extra, msg in cases:
         assert main([*base, *extra]) == 2

@@ -33,7 +33,8 @@ def main(src: Path, out: Path) -> None:
     zh = {"0": "负面", "1": "正面"}
     for split in ("train", "dev"):
         rows = tsv(src / "chnsenticorp" / f"{split}.tsv")
-        text = "".join(json.dumps({"评论": r["text_a"], "情感": zh[r["label"]]}, ensure_ascii=False) + "\n" for r in rows)
+        objs = [{"评论": r["text_a"], "情感": zh[r["label"]]} for r in rows]
+        text = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
         (out / f"chnsenticorp_{split}.jsonl").write_text(text, encoding="utf-8")
 
 
