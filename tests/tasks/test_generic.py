@@ -244,6 +244,11 @@ def test_user_csv_finetune_evaluate_predict_export(en_tok_dir, tmp_path, capsys)
     preds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(preds) == 3 and all(set(p["probabilities"]) == {"negative", "positive"} for p in preds)
 
+    # ... and reads a file like the training file, one output line per row
+    assert main(["predict", "--model", str(out), "--input", str(GEN / "sst2_dev.csv")]) == 0
+    table = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(table) == 30 and {p["label"] for p in table} <= {"negative", "positive"}
+
     # the server answers with them too
     from albertlm.inference import Predictor
     from albertlm.serve import Service
