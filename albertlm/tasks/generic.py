@@ -145,13 +145,13 @@ class Table:
             if not given.isdigit():
                 raise DataError(f"{self.path}: no header line, so {flag} {given} must be a 0-based index "
                                 "(or pass --header)")  # fmt: skip
-            return int(given)
+            return self._index(int(given), flag)
         names = self.header if self.header is not None else _json_keys(self.rows)
         if given is not None:
             if given in names:
                 return names.index(given) if self.header is not None else given
             if given.isdigit() and self.header is not None:
-                return int(given)
+                return self._index(int(given), flag)
             raise DataError(f"{self.where(1 if self.header is not None else None)}: no column {given!r} for {flag} "
                             f"(the file has: {', '.join(names)})")  # fmt: skip
         found = next((n for n in defaults if n in names), None)
@@ -161,6 +161,12 @@ class Table:
                                 f"({', '.join(defaults)}); pass {flag} NAME")  # fmt: skip
             return None
         return names.index(found) if self.header is not None else found
+
+    def _index(self, i: int, flag: str) -> int:
+        if self.width is not None and i >= self.width:
+            raise DataError(f"{self.path}: {flag} {i} is past the last column (the rows have {self.width} fields, "
+                            f"numbered from 0)")  # fmt: skip
+        return i
 
     def name(self, key: Any) -> str:
         if isinstance(key, int):
@@ -209,6 +215,7 @@ def _nonempty(path: Path, rows: list) -> list:
 
 def _read_delimited(path: Path, fmt: str, data: UserData, policy: RowPolicy, names: tuple[str, ...]) -> Table:
     text = _read_text(path)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a long document in one field is fine
     if fmt == "tsv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
     else:

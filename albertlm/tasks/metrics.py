@@ -66,6 +66,12 @@ def entity_f1(preds: list[list[str]], labels: list[list[str]]) -> dict[str, floa
     }
 
 
+def token_accuracy(preds: list[list[str]], labels: list[list[str]]) -> dict[str, float]:
+    """Tags that are not entity chunks (part of speech, say): the share of tokens tagged right."""
+    pairs = [(a, b) for p, y in zip(preds, labels, strict=True) for a, b in zip(p, y, strict=True)]
+    return {"token_accuracy": float(np.mean([a == b for a, b in pairs])) if pairs else 0.0}
+
+
 # --- SQuAD v1.1 (official evaluate-v1.1.py) ---------------------------------------------------------
 def normalize_answer(s: str) -> str:
     """Lower text and remove punctuation, articles and extra whitespace."""

@@ -246,10 +246,16 @@ def fit_to_data(task: Task, train: list) -> Task:
     if not task.generic:
         return task
     if task.kind == "qa" and any(getattr(ex, "is_impossible", False) for ex in train):
-        return replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
+        return _fitted(task, "qa_v2")
     if task.kind == "tagging" and not generic.is_bio({t for ex in train for t in ex.tags or []}):
-        return replace(task, main_metric="token_accuracy")
+        return _fitted(task, "token_accuracy")
     return task
+
+
+def _fitted(task: Task, how: str) -> Task:
+    if how == "qa_v2":
+        return replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
+    return replace(task, metric=metrics.token_accuracy, main_metric="token_accuracy")
 
 
 def task_from_info(name: str, info: dict[str, Any]) -> Task:
@@ -261,8 +267,10 @@ def task_from_info(name: str, info: dict[str, Any]) -> Task:
     saved = info.get("data") or {}
     task = generic_task(task.name, UserData(**{k: v for k, v in saved.items() if k in UserData.__dataclass_fields__}))
     if info.get("kind") == "qa_v2":
-        task = replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
-    return replace(task, main_metric=info.get("main_metric", task.main_metric))
+        return _fitted(task, "qa_v2")
+    if info.get("main_metric") == "token_accuracy":
+        return _fitted(task, "token_accuracy")
+    return task
 
 
 _TASKS.extend(generic_task(name) for name in GENERIC)

@@ -17,9 +17,9 @@ import pytest
 
 from albertlm.cli import main
 from albertlm.errors import DataError
-from albertlm.tasks import RowPolicy, kind_of
+from albertlm.tasks import RowPolicy, TaggingExample, kind_of
 from albertlm.tasks.generic import UserData, detect_format
-from albertlm.tasks.registry import fit_to_data, generic_task
+from albertlm.tasks.registry import fit_to_data, generic_task, task_from_info
 
 GEN = Path(__file__).resolve().parents[1] / "data" / "generic"
 TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2, embedding_size=16)
@@ -72,6 +72,8 @@ def test_header_detection_and_default_columns(tmp_path):
     # --no-header makes the first line data
     rows = read("classification", f, text_column="0", label_column="1", header=False)
     assert rows[0].text_a == "text" and len(rows) == 3
+    with pytest.raises(DataError, match="--label-column 5 is past the last column"):
+        read("classification", "chnsenticorp_train.tsv", text_column="1", label_column="5")
     # a headerless file needs columns by index, and says so
     with pytest.raises(DataError, match="no header line; name the column by index, e.g. --text-column 0"):
         read("classification", "chnsenticorp_train.tsv")
@@ -104,6 +106,13 @@ def test_other_kinds_read_their_files():
     assert {float(ex.label) for ex in reg} == {0.0, 1.0}
     pos = read("tagging", "pku_ner_train.conll", label_column="1")
     assert [ex.tags for ex in pos] == [ex.tags for ex in tags]
+    plain = fit_to_data(generic_task("tagging"), [TaggingExample(["a", "dog"], ["DT", "NN"])])
+    assert plain.main_metric == "token_accuracy"
+    assert plain.metric([["DT", "VB"]], [["DT", "NN"]]) == {"token_accuracy": 0.5}
+    # what a saved model records brings the same task back (columns, v2 head, metric)
+    back = task_from_info("tagging", {"name": "tagging", "main_metric": "token_accuracy", "data": {"text_column": "w"}})
+    assert back.main_metric == "token_accuracy" and back.columns.text_column == "w"
+    assert task_from_info("qa", {"name": "qa", "kind": "qa_v2"}).kind == "qa_v2"
 
 
 # ------------------------------------------------------------------------- bad input
