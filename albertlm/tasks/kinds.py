@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from albertlm.errors import DataError
 from albertlm.tasks import features as F
-from albertlm.tasks import squad
+from albertlm.tasks import generic, metrics, squad
 from albertlm.tasks.examples import ChoiceExample, QAExample, TaggingExample, TextExample
 
 NULL_THRESHOLD_KEY = "null_threshold"  # SQuAD 2.0: answer "" when the null score is above this
@@ -87,6 +87,15 @@ class TaskKind:
     def label_counts(self, task: Any, examples: list) -> dict[str, int] | None:
         """How often each class occurs (classification), for the imbalance report; None for other kinds."""
         return None
+
+    # ---------------------------------------------------------------- your own data (generic tasks)
+    def fit(self, task: Any, train: list) -> Any:
+        """A generic task adjusted to what its training file holds (e.g. SQuAD 2.0 questions)."""
+        return task
+
+    def restore(self, task: Any, info: dict) -> Any:
+        """The adjustment ``fit`` made, from what the fine-tuned model recorded (config.json)."""
+        return task
 
     # ---------------------------------------------------------------- examples -> inputs
     def encode(self, task: Any, examples: list, tok: Any, label2id: dict, s: InferenceSettings,
@@ -279,6 +288,17 @@ class Tagging(TaskKind):
             return list(task.labels)
         return ["O", *sorted({t for ex in train_examples for t in ex.tags or []} - {"O"})]
 
+    def fit(self, task, train):
+        if generic.is_bio({t for ex in train for t in ex.tags or []}):
+            return task
+        return self.restore(task, {"main_metric": "token_accuracy"})
+
+    def restore(self, task, info):
+        # tags that are not entity chunks (part of speech, say): seqeval would mis-chunk them
+        if info.get("main_metric") == "token_accuracy":
+            return replace(task, metric=metrics.token_accuracy, main_metric="token_accuracy")
+        return task
+
     def check_labels(self, task, label2id, examples):
         for ex in examples:
             unknown = sorted(set(ex.tags or []) - set(label2id))
@@ -342,6 +362,16 @@ class SpanQA(TaskKind):
         if training:
             d["start_positions"], d["end_positions"] = w.start_position, w.end_position
         return d
+
+    def fit(self, task, train):
+        if any(ex.is_impossible for ex in train):  # SQuAD 2.0: the answerability head and its scoring
+            return self.restore(task, {"kind": "qa_v2"})
+        return task
+
+    def restore(self, task, info):
+        if info.get("kind") == "qa_v2":
+            return replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
+        return task
 
     def check_gold(self, examples, need="evaluation"):
         no_gold = [ex.source for ex in examples if not ex.answers and not ex.is_impossible]

@@ -14,7 +14,7 @@ fine-tuning chooses them from the model and data size (``albertlm.finetune.auto_
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -243,19 +243,9 @@ def generic_task(name: str, data: UserData | None = None) -> Task:
 def fit_to_data(task: Task, train: list) -> Task:
     """A generic task adjusted to its training file: SQuAD 2.0 scoring and head when some questions are
     impossible; token accuracy instead of entity F1 for tags that are not BIO."""
-    if not task.generic:
-        return task
-    if task.kind == "qa" and any(getattr(ex, "is_impossible", False) for ex in train):
-        return _fitted(task, "qa_v2")
-    if task.kind == "tagging" and not generic.is_bio({t for ex in train for t in ex.tags or []}):
-        return _fitted(task, "token_accuracy")
-    return task
+    from albertlm.tasks.kinds import kind_of
 
-
-def _fitted(task: Task, how: str) -> Task:
-    if how == "qa_v2":
-        return replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
-    return replace(task, metric=metrics.token_accuracy, main_metric="token_accuracy")
+    return kind_of(task).fit(task, train) if task.generic else task
 
 
 def task_from_info(name: str, info: dict[str, Any]) -> Task:
@@ -266,11 +256,9 @@ def task_from_info(name: str, info: dict[str, Any]) -> Task:
         return task
     saved = info.get("data") or {}
     task = generic_task(task.name, UserData(**{k: v for k, v in saved.items() if k in UserData.__dataclass_fields__}))
-    if info.get("kind") == "qa_v2":
-        return _fitted(task, "qa_v2")
-    if info.get("main_metric") == "token_accuracy":
-        return _fitted(task, "token_accuracy")
-    return task
+    from albertlm.tasks.kinds import kind_of
+
+    return kind_of(task).restore(task, info)
 
 
 _TASKS.extend(generic_task(name) for name in GENERIC)
