@@ -182,6 +182,17 @@ def test_seeded_hold_out_is_reported(caplog):
     assert "holding out 12 of the 60 examples" in caplog.text and "classes in" in caplog.text
 
 
+def test_a_folder_with_train_and_dev_files(tmp_path):
+    from albertlm.finetune import load_data
+
+    shutil.copy(GEN / "chnsenticorp_train.jsonl", tmp_path / "train.jsonl")
+    shutil.copy(GEN / "chnsenticorp_dev.jsonl", tmp_path / "dev.jsonl")
+    task = generic_task("classification", UserData(text_column="评论", label_column="情感"))
+    data = load_data(task, tmp_path)
+    assert (len(data.train), len(data.eval)) == (40, 20) and data.eval_path == str(tmp_path / "dev.jsonl")
+    assert data.labels == ["正面", "负面"]
+
+
 def test_imbalance_is_reported(tmp_path, caplog):
     from albertlm.finetune import load_data
 
