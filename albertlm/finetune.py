@@ -113,15 +113,17 @@ def build_model(task: Task, model: str, tokenizer: Tokenizer, labels: list[str] 
     return torch_model
 
 
-def save(model: Any, tokenizer: Tokenizer, out: Path, task: Task, s: Settings, **extra: Any) -> None:
+def save(model: Any, tokenizer: Tokenizer | None, out: Path, task: Task, s: Settings, **extra: Any) -> None:
     """Weights, config.json (with the task and its inference settings; a generic task's columns, kind and
-    metric) and the tokenizer into ``out``. Each file is written to a temporary name and renamed."""
+    metric) and the tokenizer (unless None: already there) into ``out``. The weights and config.json are
+    each written to a temporary name and renamed."""
     info: dict[str, Any] = {"name": task.name, **asdict(s.inference), **extra}
     if task.generic:
         info.update(kind=task.kind, main_metric=task.main_metric, data=asdict(task.columns))
     model.config.extra[TASK_KEY] = info
     model.save_pretrained(out)
-    tokenizer.save(out)
+    if tokenizer is not None:
+        tokenizer.save(out)
 
 
 def auto_defaults(task: Task, train: list, model: Any, tok: Tokenizer, random_init: bool) -> tuple[Task, dict]:
@@ -313,8 +315,9 @@ def train(
                 bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
                 score = _main_score(task, result)
                 if not best or score is None or best["score"] is None or score > best["score"]:
+                    # the tokenizer once; a better model later replaces only config.json and the weights
+                    _save_best(model, None if best else tok, out, task, s, step, result)
                     best = {"score": score, "step": step, "metrics": result}
-                    _save_best(model, tok, out, task, s, step, result)
             if step == total:
                 break
     bar.close()
@@ -371,7 +374,7 @@ def _main_score(task: Task, result: dict) -> float | None:
     return None
 
 
-def _save_best(model: Any, tok: Tokenizer, out: Path, task: Task, s: Settings, step: int, result: dict) -> None:
+def _save_best(model: Any, tok: Tokenizer | None, out: Path, task: Task, s: Settings, step: int, result: dict) -> None:
     extra: dict[str, Any] = {"best_step": step}
     if "best_f1_thresh" in result:  # SQuAD 2.0: predict answers "" above this null score
         extra[NULL_THRESHOLD_KEY] = result["best_f1_thresh"]
