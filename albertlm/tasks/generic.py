@@ -95,18 +95,21 @@ class UserData:
 
 
 # --------------------------------------------------------------------------- format detection
-def detect_format(path: Path, data: UserData, kind: str) -> str:
+def detect_format(path: Path, data: UserData, lines: str = "csv", one_object: bool = False) -> str:
+    """``--data-format``, else the file name's, else the content's. ``lines``: what a reader of line-based
+    text takes when the content is not JSON (``conll`` for tagging); ``one_object``: a file holding one JSON
+    object is JSON (SQuAD), not one line of JSON lines."""
     if data.data_format:
         return data.data_format
     if path.suffix.lower() in SUFFIXES:
         return SUFFIXES[path.suffix.lower()]
     head = _read_text(path)[:65536]
     first = head.lstrip()[:1]
-    if first == "[" or (first == "{" and kind == "qa"):
+    if first == "[" or (first == "{" and one_object):
         return "json"
     if first == "{":
         return "jsonl"
-    if kind == "tagging":
+    if lines == "conll":
         return "conll"
     try:
         return "tsv" if csv.Sniffer().sniff(head, delimiters=",\t;|").delimiter == "\t" else "csv"
@@ -181,10 +184,10 @@ def _json_keys(rows: list[tuple[int, Any]]) -> list[str]:
     return list(keys)
 
 
-def read_table(path: Path, data: UserData, policy: RowPolicy, kind: str, names: tuple[str, ...]) -> Table:
+def read_table(path: Path, data: UserData, policy: RowPolicy, task: str, names: tuple[str, ...]) -> Table:
     """Every record of ``path``; ``names`` are the column names the flags (or defaults) may mean, which
     decide whether a CSV/TSV first line is a header."""
-    fmt = detect_format(path, data, kind)
+    fmt = detect_format(path, data)
     if fmt in ("csv", "tsv"):
         return _read_delimited(path, fmt, data, policy, names)
     if fmt == "jsonl":
@@ -204,7 +207,7 @@ def read_table(path: Path, data: UserData, policy: RowPolicy, kind: str, names: 
         return Table(path, fmt, None, _nonempty(path, rows))
     if fmt == "json":
         return Table(path, fmt, None, _nonempty(path, _json_array(path, policy)))
-    raise DataError(f"{path}: {fmt} is not a table format; task {kind} reads csv, tsv, jsonl or json")
+    raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl or json")
 
 
 def _nonempty(path: Path, rows: list) -> list:
@@ -337,20 +340,20 @@ def _each(table: Table, policy: RowPolicy, build: Callable[[int, Any], Any]) -> 
     return out
 
 
-def _mixed_types(table: Table, policy: RowPolicy, column: str, items: list, kind_of: Callable[[Any], str]) -> list:
+def _mixed_types(table: Table, policy: RowPolicy, column: str, items: list, type_of: Callable[[Any], str]) -> list:
     """Rows whose label has another type than most of the column's are bad rows (a shifted column, a
     "n/a" among numbers, 1 among "1"s): named with their line, or skipped."""
-    kinds = Counter(kind_of(x) for x in items)
-    if len(kinds) < 2:
+    types = Counter(type_of(x) for x in items)
+    if len(types) < 2:
         return items
-    common, _ = kinds.most_common(1)[0]
+    common, _ = types.most_common(1)[0]
     out = []
     for x in items:
-        k = kind_of(x)
+        k = type_of(x)
         if k != common:
             n = int(x.source.rsplit(":", 1)[1])
             policy.bad(table.path, n, f"label {x.label!r} is {k}, but the {column!r} column's labels are "
-                                      f"{common} ({kinds[common]} of {len(items)} rows): mixed types")  # fmt: skip
+                                      f"{common} ({types[common]} of {len(items)} rows): mixed types")  # fmt: skip
             continue
         out.append(x)
     return out
@@ -364,7 +367,7 @@ def _is_number(s: str) -> bool:
         return False
 
 
-# --------------------------------------------------------------------------- readers per kind
+# --------------------------------------------------------------------------- readers per generic task
 def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = False) -> list[TextExample]:
     """Classification / regression: a text (and a pair text) and a label per row."""
     given = tuple(c for c in (data.text_column, data.pair_column, data.label_column) if c)
@@ -408,7 +411,7 @@ def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = 
 def read_tagging(path: Path, data: UserData, policy: RowPolicy) -> list[TaggingExample]:
     """CoNLL (token and tag columns by index: first and last by default), or JSON(L) rows with a token
     list and a tag list of the same length."""
-    fmt = detect_format(path, data, "tagging")
+    fmt = detect_format(path, data, lines="conll")
     if fmt == "conll":
         for flag, v in (("--text-column", data.text_column), ("--label-column", data.label_column)):
             if v is not None and not v.lstrip("-").isdigit():
@@ -443,7 +446,7 @@ def read_tagging(path: Path, data: UserData, policy: RowPolicy) -> list[TaggingE
 
 def read_qa(path: Path, data: UserData, policy: RowPolicy) -> list:
     """SQuAD-format JSON (v1.1, or v2.0 when questions are marked impossible)."""
-    if detect_format(path, data, "qa") != "json":
+    if detect_format(path, data, one_object=True) != "json":
         raise DataError(f"{path}: qa reads SQuAD-format JSON ({{\"data\": [{{\"paragraphs\": ...}}]}})")
     return squad.read_squad(path, policy)
 

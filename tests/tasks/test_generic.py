@@ -59,7 +59,7 @@ def test_format_from_content_when_the_name_says_nothing(tmp_path):
                       ("sst2_dev.json", "json"), ("pku_ner_train.conll", "conll")):  # fmt: skip
         dst = tmp_path / f"{src}.data"
         shutil.copy(GEN / src, dst)
-        assert detect_format(dst, UserData(), "tagging" if want == "conll" else "classification") == want
+        assert detect_format(dst, UserData(), lines="conll" if want == "conll" else "csv") == want
     rows = read("classification", tmp_path / "sst2_train.csv.data", text_column="review", label_column="sentiment")
     assert len(rows) == 60
 
