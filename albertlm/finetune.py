@@ -8,7 +8,20 @@
 
 Single device; AdamW with linear warmup and decay (spec section 7), gradient clipping at 1.0. The output
 directory is self-contained: HF-layout weights + config.json (with ``id2label`` and the task settings
-under ``albertlm_task``) + the tokenizer files, so ``evaluate`` / ``predict`` need only ``--model``.
+under ``albertlm_task``: for your own data also its columns and format) + the tokenizer files, so
+``evaluate`` / ``predict`` / ``export`` / ``serve`` need only ``--model``. The model kept there is the one
+with the best dev score of all evaluations (each save replaces files atomically).
+
+Your own data (a generic task: ``--task classification --data reviews.csv --text-column review ...``) has
+no paper hyperparameters; ``auto_defaults`` chooses the ones not given from the model and the data:
+
+- learning rate 5e-5 x sqrt(768 / H) (2.2e-5 at xxlarge's H=4096, 1.2e-4 at H=128), x4 from a random init
+  (a preset: nothing pretrained to preserve), within [1e-5, 1e-3];
+- batch size 32, smaller for small data: the power of two nearest n / 50, at least 8;
+- epochs 10 under 1,000 training examples, 5 under 10,000, 3 under 100,000, else 2;
+- max_seq_length: the 95th percentile of the encoded training lengths, rounded up to a multiple of 32,
+  within [32, the model's position limit];
+- warmup 10 %, and an evaluation at the end of every epoch (the best is kept).
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ from albertlm.tasks import features as F
 from albertlm.tasks import metrics
 from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
-from albertlm.tasks.registry import Task, read_split
+from albertlm.tasks.registry import Task, fit_to_data, read_split
 from albertlm.tokenizer import Tokenizer, load_tokenizer
 
 _log = logging.getLogger(__name__)
@@ -101,11 +114,40 @@ def build_model(task: Task, model: str, tokenizer: Tokenizer, labels: list[str] 
     return torch_model
 
 
-def save(model: Any, tokenizer: Tokenizer, out: Path, task: Task, s: Settings, **extra: Any) -> None:
-    """Weights, config.json (with the task and its inference settings) and the tokenizer into ``out``."""
-    model.config.extra[TASK_KEY] = {"name": task.name, **asdict(s.inference), **extra}
+def save(model: Any, tokenizer: Tokenizer | None, out: Path, task: Task, s: Settings, **extra: Any) -> None:
+    """Weights, config.json (with the task and its inference settings; a generic task's columns, kind and
+    metric) and the tokenizer (unless None: already there) into ``out``. The weights and config.json are
+    each written to a temporary name and renamed."""
+    info: dict[str, Any] = {"name": task.name, **asdict(s.inference), **extra}
+    if task.generic:
+        info.update(kind=task.kind, main_metric=task.main_metric, data=asdict(task.columns))
+    model.config.extra[TASK_KEY] = info
     model.save_pretrained(out)
-    tokenizer.save(out)
+    if tokenizer is not None:
+        tokenizer.save(out)
+
+
+def auto_defaults(task: Task, train: list, model: Any, tok: Tokenizer, random_init: bool) -> tuple[Task, dict]:
+    """A generic task with lr, batch size, epochs and max_seq_length chosen from the model and the data (the
+    rule is in this module's docstring); returns it and the chosen values with the reason for each."""
+    n, hidden = len(train), model.config.hidden_size
+    lr = 5e-5 * math.sqrt(768 / hidden) * (4 if random_init else 1)
+    lr = float(f"{min(max(lr, 1e-5), 1e-3):.2g}")
+    batch = 32 if n >= 1600 else max(8, 2 ** round(math.log2(max(n / 50, 1))))
+    epochs = 10.0 if n < 1000 else 5.0 if n < 10_000 else 3.0 if n < 100_000 else 2.0
+    limit = model.config.max_position_embeddings
+    kind = kind_of(task)
+    sample = random.Random(0).sample(train, min(n, 2000))
+    feats = kind.encode(task, sample, tok, model.config.label2id, InferenceSettings(max_seq_length=limit)).features
+    p95 = float(np.percentile([F.length(f) for f in feats], 95)) if feats else limit
+    length = int(min(max(32, math.ceil(p95 / 32) * 32), limit))
+    chosen = {
+        "lr": (lr, f"H={hidden}" + (", random init" if random_init else "")),
+        "batch_size": (batch, f"{n} training examples"),
+        "epochs": (epochs, f"{n} training examples"),
+        "max_seq_length": (length, f"95th percentile of {len(feats)} encoded lengths: {p95:.0f}"),
+    }
+    return replace(task, lr=lr, batch_size=batch, epochs=epochs, steps=None, warmup=0.1, max_seq_length=length), chosen
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -116,19 +158,29 @@ class Data:
     train_path: str
     eval_path: str
     labels: list[str] | None
+    task: Task | None = None  # the task fitted to the training file (a generic qa file with impossible questions)
+    label_counts: dict[str, int] | None = None  # training examples per class (classification)
 
 
 def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, train_file: Path | None = None,
-              eval_file: Path | None = None, holdout: int = 0, limit_train: int = 0, limit_eval: int = 0) -> Data:
+              eval_file: Path | None = None, holdout: int = 0, limit_train: int = 0, limit_eval: int = 0,
+              seed: int = 0) -> Data:  # fmt: skip
     """The training and evaluation examples of ``task`` under ``data`` (a dataset folder or a file).
 
-    Labels come from the whole training file (a ``limit_train`` slice may miss rare classes). With no dev
-    split the labelled test split is used (MRPC's MSR release), or the last ``holdout`` training examples."""
+    Labels come from the whole training file (a ``limit_train`` slice may miss rare classes), and every
+    evaluation label must be one of them. With no dev split the labelled test split is used (MRPC's MSR
+    release), or the last ``holdout`` training examples; a generic task with no dev file holds out a
+    seeded random ``dev_fraction`` of the training file."""
     policy = policy or RowPolicy()
     data = Path(data)
     train_ex, train_path = read_split(task, data, "train", policy, train_file)
-    _require_labels(train_ex, train_path, "fine-tuning needs a label on every training example")
-    labels = kind_of(task).label_set(task, train_ex)
+    kind = kind_of(task)
+    kind.check_gold(train_ex, "training")
+    if task.generic:
+        task = fit_to_data(task, train_ex)
+        kind = kind_of(task)
+    labels = kind.label_set(task, train_ex)
+    counts = kind.label_counts(task, train_ex)
     if limit_train:
         train_ex = train_ex[:limit_train]
     if holdout:
@@ -138,21 +190,48 @@ def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, tra
         train_ex = train_ex[:-holdout]
     elif eval_file is not None:
         eval_ex, eval_path = read_split(task, data, "dev", policy, eval_file)
+    elif task.generic and (data.is_file() or not any((data / f).exists() for f in task.files["dev"])):
+        train_ex, eval_ex, eval_path = _hold_out(task, train_ex, train_path, seed)
     else:
         eval_ex, eval_path = _dev_or_test(task, data, policy, train_path)
     if limit_eval:
         eval_ex = eval_ex[:limit_eval]
-    _require_labels(eval_ex, eval_path, "evaluation needs labels; pass a labelled --eval-file or --holdout N")
-    return Data(train_ex, eval_ex, str(train_path), str(eval_path), labels)
+    kind.check_gold(eval_ex, "evaluation during fine-tuning")
+    kind.check_labels(task, {name: i for i, name in enumerate(labels or [])}, eval_ex)
+    if counts:
+        _report_classes(counts, train_path)
+    return Data(train_ex, eval_ex, str(train_path), str(eval_path), labels, task, counts)
 
 
-def _require_labels(examples: list, path: str | Path, why: str) -> None:
-    """One line naming the first unlabelled example (a file without a label column, say)."""
-    for ex in examples:
-        if getattr(ex, "label", 0) is None:
-            where = getattr(ex, "source", None) or str(path)
-            raise DataError(f"{where}: no label (does {Path(str(path).split(' (')[0]).name} have a label column?); "
-                            f"{why}")
+def _hold_out(task: Task, train: list, train_path: Path, seed: int) -> tuple[list, list, str]:
+    """A seeded random share of the training examples for evaluation (the rest trains)."""
+    fraction = task.columns.dev_fraction
+    if not 0 < fraction < 1:
+        raise UserError(f"--dev-fraction must be between 0 and 1, got {fraction}")
+    n = max(1, round(len(train) * fraction))
+    if n >= len(train):
+        raise DataError(f"{train_path}: {len(train)} examples are too few to hold out a dev set; pass --eval-file")
+    held = set(random.Random(seed).sample(range(len(train)), n))
+    dev = [ex for i, ex in enumerate(train) if i in held]
+    rest = [ex for i, ex in enumerate(train) if i not in held]
+    where = f"{train_path} (seeded hold-out: {n} of {len(train)} examples, {fraction:g}, seed {seed})"
+    _log.info("no dev file: holding out %d of the %d examples of %s for evaluation (--dev-fraction %g, --seed %d)",
+              n, len(train), train_path, fraction, seed)  # fmt: skip
+    return rest, dev, where
+
+
+IMBALANCE_RATIO = 3.0  # largest / smallest class count from which the report warns
+
+
+def _report_classes(counts: dict[str, int], path: Path) -> None:
+    total = sum(counts.values())
+    shown = ", ".join(f"{k} {v} ({v / total:.1%})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:20])
+    _log.info("classes in %s: %s%s", path, shown, f" (+{len(counts) - 20} more)" if len(counts) > 20 else "")
+    big, small = max(counts, key=counts.get), min(counts, key=counts.get)
+    if counts[big] >= IMBALANCE_RATIO * counts[small]:
+        _log.warning("imbalanced classes: %r has %d examples, %.1fx the %d of %r; accuracy flatters a model that "
+                     "favours the large class, so read macro F1 (generic tasks choose the best checkpoint by it)",
+                     big, counts[big], counts[big] / counts[small], counts[small], small)  # fmt: skip
 
 
 def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) -> tuple[list, Path]:
@@ -179,21 +258,32 @@ def train(
     out: Path,
     s: Settings,
 ) -> dict:
-    """Fine-tune, evaluating every ``eval_every`` steps and at the end; write the model, metrics.jsonl
-    and metrics.json into ``out``. Returns the final metrics."""
+    """Fine-tune, evaluating every ``eval_every`` steps (a generic task: every epoch) and at the end; keep
+    the model with the best dev score in ``out`` with metrics.jsonl and metrics.json. Returns the metrics of
+    the kept model."""
     from tqdm import tqdm
 
-    s = s.resolve(task)
+    if data.task is not None:
+        task = data.task
     random.seed(s.seed)
     np.random.seed(s.seed)
     torch.manual_seed(s.seed)
     model = build_model(task, model_arg, tok, data.labels, s.config_overrides)
+    chosen: dict = {}
+    if task.generic:
+        task, chosen = auto_defaults(task, data.train, model, tok, random_init=model_arg in PRESETS)
+    given = {"lr": s.lr, "batch_size": s.batch_size, "epochs": s.epochs if s.max_steps is None else s.max_steps,
+             "max_seq_length": s.inference.max_seq_length}  # fmt: skip
+    s = s.resolve(task)
+    if chosen:
+        _log.info("settings for your data: %s", _describe(s, chosen, {k for k, v in given.items() if v is not None}))
     kind = kind_of(task)
     feats = kind.encode(task, data.train, tok, model.config.label2id, s.inference, training=True).features
     evaluator = Predictor.from_model(model, tok, task, s.inference)
     per_epoch = math.ceil(len(feats) / s.batch_size)
     total = s.max_steps if s.max_steps else max(1, math.ceil(s.epochs * per_epoch))
     warmup = int(s.warmup * total) if s.warmup < 1 else int(min(s.warmup, total))
+    eval_every = s.eval_every or (per_epoch if task.generic else 0)
     opt = build_optimizer(model, "adamw", s.lr, s.weight_decay)
     sched = build_scheduler(opt, warmup, total)
     out.mkdir(parents=True, exist_ok=True)
@@ -202,6 +292,7 @@ def train(
     rng = random.Random(s.seed)
     step, t0, losses = 0, time.time(), []
     result: dict = {}
+    best: dict = {}  # the kept model's metrics and step
     bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
     while step < total:
         for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
@@ -217,21 +308,23 @@ def train(
             losses.append(loss.item())
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-            if step == total or (s.eval_every and step % s.eval_every == 0):
+            if step == total or (eval_every and step % eval_every == 0):
                 result = evaluator.evaluate(data.eval)[0] if data.eval else {}
                 row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
                        "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
                 with open(log_path, "a") as f:
                     f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
                 _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+                score = _main_score(task, result)
+                if not best or score is None or best["score"] is None or score > best["score"]:
+                    # the tokenizer once; a better model later replaces only config.json and the weights
+                    _save_best(model, None if best else tok, out, task, s, step, result)
+                    best = {"score": score, "step": step, "metrics": result}
             if step == total:
                 break
     bar.close()
     train_s = time.time() - t0
-    extra = {}
-    if "best_f1_thresh" in result:  # SQuAD 2.0: predict answers "" above this null score
-        extra[NULL_THRESHOLD_KEY] = result["best_f1_thresh"]
-    save(model, tok, out, task, s, **extra)
+    result = best["metrics"]
     final = {
         "task": task.name,
         "model": model_arg,
@@ -250,8 +343,43 @@ def train(
         "train_seconds": train_s,
         "final_train_loss": float(np.mean(losses[-50:])),
         "newly_initialized_keys": getattr(model, "newly_initialized_keys", []),
+        "main_metric": task.main_metric,
+        "best_step": best["step"],  # the step whose model is kept in ``out``
         "metrics": result,
     }
+    if chosen:
+        final["auto_defaults"] = {k: why for k, (_, why) in chosen.items()}
+    if data.label_counts:
+        final["train_label_counts"] = data.label_counts
+    tmp = out / ".metrics.json.tmp"
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
-    (out / "metrics.json").write_text(text + "\n")
+    tmp.write_text(text + "\n")
+    tmp.replace(out / "metrics.json")
     return final
+
+
+def _describe(s: Settings, chosen: dict, given: set[str]) -> str:
+    """``lr 0.00049 (chosen: H=128, random init); batch_size 32 (given); ...``: what runs, and why."""
+    used = {"lr": s.lr, "batch_size": s.batch_size, "epochs": s.epochs, "max_seq_length": s.inference.max_seq_length}
+    parts = []
+    for name, (_, why) in chosen.items():
+        if name == "epochs" and s.max_steps:
+            parts.append(f"max_steps {s.max_steps} (given)")
+            continue
+        parts.append(f"{name} {used[name]:g} " + ("(given)" if name in given else f"(chosen: {why})"))
+    return "; ".join(parts) + f"; warmup {s.warmup:g}"
+
+
+def _main_score(task: Task, result: dict) -> float | None:
+    """The number the best checkpoint is chosen by (higher is better for every task's main metric)."""
+    if task.main_metric in result:
+        return float(result[task.main_metric])
+    return None
+
+
+def _save_best(model: Any, tok: Tokenizer | None, out: Path, task: Task, s: Settings, step: int, result: dict) -> None:
+    extra: dict[str, Any] = {"best_step": step}
+    if "best_f1_thresh" in result:  # SQuAD 2.0: predict answers "" above this null score
+        extra[NULL_THRESHOLD_KEY] = result["best_f1_thresh"]
+    save(model, tok, out, task, s, **extra)
+    _log.debug("kept the model of step %d in %s", step, out)

