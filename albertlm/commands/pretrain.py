@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-nonfinite", type=int, default=20, help="skipped non-finite steps before stopping")
     p.add_argument("--num-workers", type=int, default=0, help="(reserved) data workers per process")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--peak-tflops", type=float, help="peak FLOP/s for MFU (default: GPU table or CPU matmul)")
+    p.add_argument("--peak-tflops", type=float, help="peak TFLOP/s for MFU (default: a GPU table; no MFU on CPU)")
     p.add_argument("--tensorboard", action="store_true", help="also log to TensorBoard (if installed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.set_defaults(func=run)
