@@ -1,7 +1,8 @@
-"""Tokenizer tests: parity with transformers' AlbertTokenizer / BertTokenizer on the held-out corpora,
-then the interface (special ids, pair template, masks, save/load, errors, CLI).
+"""Tokenizer tests: parity with transformers' AlbertTokenizer / BertTokenizer on held-out text, then the
+interface (special ids, pair template, masks, save/load, errors, CLI).
 
-Tiny vocabularies are trained once per session on slices of ``shared/corpus`` (skipped without it).
+Tiny vocabularies are trained once per session on the corpus slices in tests/data; the `shared` tier
+repeats the parity tests with 8000-piece vocabularies on the full held-out corpora in ../shared.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_data import CORPUS
+from shared_data import CORPUS, SHARED_CORPUS
 
 from albertlm.tokenizer import (
     SentencePieceTokenizer,
@@ -23,36 +24,34 @@ from albertlm.tokenizer import (
     train_wordpiece,
 )
 
-SLICE_LINES = 1500  # per training file: enough for an 8000-piece model, a few seconds on 2 cores
-
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"shared corpus not found at {CORPUS}")
+SLICE_LINES = 1500  # per training file of the full corpus: enough for an 8000-piece model, seconds on 2 cores
 
 
-def _slice(lang: str, out: Path) -> Path:
+def _slice(lang: str, out: Path, corpus: Path = CORPUS, lines: int | None = None) -> Path:
     out.mkdir(parents=True)
-    for f in sorted((CORPUS / lang).glob("*.txt")):
+    for f in sorted((corpus / lang).glob("*.txt")):
         if f.name != "heldout.txt":
             with open(f, encoding="utf-8") as fh:
-                (out / f.name).write_text("".join(itertools.islice(fh, SLICE_LINES)), encoding="utf-8")
+                (out / f.name).write_text("".join(itertools.islice(fh, lines)), encoding="utf-8")
     return out
 
 
-def _heldout(lang: str) -> list[str]:
-    text = (CORPUS / lang / "heldout.txt").read_text(encoding="utf-8")
+def _heldout(lang: str, corpus: Path = CORPUS) -> list[str]:
+    text = (corpus / lang / "heldout.txt").read_text(encoding="utf-8")
     return [line for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="session")
 def sp_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sp")
-    train_sentencepiece([_slice("en", root / "corpus")], root / "tok", vocab_size=8000, seed=0)
+    train_sentencepiece([_slice("en", root / "corpus")], root / "tok", vocab_size=1500, seed=0)
     return root / "tok"
 
 
 @pytest.fixture(scope="session")
 def wp_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wp")
-    train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=8000)
+    train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=3000)
     return root / "tok"
 
 
@@ -83,13 +82,13 @@ def _digit_comma_split(pieces: list[str], encode) -> list[str]:
     return out
 
 
-def test_sentencepiece_parity_with_transformers(sp, sp_dir):
+def _sentencepiece_parity(sp_dir: Path, lines: list[str], min_lines: int, min_splits: int) -> None:
     transformers = pytest.importorskip("transformers")
+    sp = load_tokenizer(sp_dir)
     hf = transformers.AlbertTokenizer.from_pretrained(str(sp_dir))
-    lines = _heldout("en")
     ours = sp.encode_batch(lines)
     hf_ids = [hf.encode(line, add_special_tokens=False) for line in lines]
-    assert len(lines) > 2000
+    assert len(lines) > min_lines
     # HF 5's tokenizers-based AlbertTokenizer does not re-split "<digit>," pieces the way the original
     # ALBERT (and HF's old slow tokenizer) does; with that one step applied to HF's output the ids match.
     hf_tokens = lambda t: hf.convert_ids_to_tokens(hf.encode(t, add_special_tokens=False))
@@ -99,14 +98,13 @@ def test_sentencepiece_parity_with_transformers(sp, sp_dir):
             n_split += 1
             ref = _digit_comma_split(hf.convert_ids_to_tokens(h), hf_tokens)
             assert o == hf.convert_tokens_to_ids(ref), line
-    assert 0 < n_split < len(lines) // 20  # the split is rare and only where a digit meets a comma
+    assert min_splits <= n_split < len(lines) // 20  # rare: only where a digit meets a comma
 
 
-def test_wordpiece_parity_with_transformers(wp, wp_dir):
+def _wordpiece_parity(wp_dir: Path, lines: list[str], min_lines: int) -> None:
     transformers = pytest.importorskip("transformers")
-    lines = _heldout("zh")
-    assert len(lines) > 5000
-    ours = wp.encode_batch(lines)
+    assert len(lines) > min_lines
+    ours = load_tokenizer(wp_dir).encode_batch(lines)
     fast = transformers.BertTokenizer.from_pretrained(str(wp_dir))
     assert ours == [fast.encode(line, add_special_tokens=False) for line in lines]
     # The pure-Python BERT reference (BasicTokenizer + WordpieceTokenizer) on a part of the lines.
@@ -114,6 +112,27 @@ def test_wordpiece_parity_with_transformers(wp, wp_dir):
 
     slow = BertTokenizerLegacy(vocab_file=str(wp_dir / "vocab.txt"))
     assert ours[:1500] == [slow.encode(line, add_special_tokens=False) for line in lines[:1500]]
+
+
+def test_sentencepiece_parity_with_transformers(sp_dir):
+    _sentencepiece_parity(sp_dir, _heldout("en"), 200, 0)  # the slice need not meet the "<digit>," case
+
+
+def test_wordpiece_parity_with_transformers(wp_dir):
+    _wordpiece_parity(wp_dir, _heldout("zh"), 200)
+
+
+@pytest.mark.shared
+def test_sentencepiece_parity_on_the_full_heldout_corpus(tmp_path):
+    train_sentencepiece([_slice("en", tmp_path / "corpus", SHARED_CORPUS, SLICE_LINES)], tmp_path / "tok",
+                        vocab_size=8000, seed=0)
+    _sentencepiece_parity(tmp_path / "tok", _heldout("en", SHARED_CORPUS), 2000, 1)
+
+
+@pytest.mark.shared
+def test_wordpiece_parity_on_the_full_heldout_corpus(tmp_path):
+    train_wordpiece([_slice("zh", tmp_path / "corpus", SHARED_CORPUS, SLICE_LINES)], tmp_path / "tok", vocab_size=8000)
+    _wordpiece_parity(tmp_path / "tok", _heldout("zh", SHARED_CORPUS), 5000)
 
 
 def test_autotokenizer_loads_our_save(sp, wp, sp_dir, wp_dir, tmp_path):
@@ -136,7 +155,7 @@ def test_special_ids_and_layout(sp, wp):
     assert (sp.pad_id, sp.unk_id, sp.cls_id, sp.sep_id, sp.mask_id) == (0, 1, 2, 3, 4)
     assert sp.convert_ids_to_tokens(range(5)) == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
     assert (wp.pad_id, wp.unk_id, wp.cls_id, wp.sep_id, wp.mask_id) == (0, 100, 101, 102, 103)
-    assert sp.kind == "sentencepiece" and wp.kind == "wordpiece" and sp.vocab_size == 8000
+    assert sp.kind == "sentencepiece" and wp.kind == "wordpiece" and sp.vocab_size == 1500
     # Special strings inside text map to their ids (WikiText's <unk>, masked text).
     assert sp.encode("a [MASK] b <unk>", add_special_tokens=False)[1::2] == [sp.mask_id, sp.unk_id]
     assert wp.mask_id in wp.encode("今天[MASK]气")
@@ -172,7 +191,7 @@ def test_decode_round_trip(sp, wp):
         ids = sp.encode(line)
         if sp.unk_id not in ids:
             assert sp.decode(ids) == preprocess_text(line)
-    assert wp.decode(wp.encode("今天天气很好，适合出去玩。")) == "今天天气很好，适合出去玩。"
+    assert wp.decode(wp.encode("今天天气很好，适合出去走走。")) == "今天天气很好，适合出去走走。"
     assert sp.decode(sp.encode("hello"), skip_special_tokens=False) == "[CLS] hello [SEP]"
 
 
