@@ -1,7 +1,7 @@
 """``albertlm pretrain``: MLM + SOP pretraining (see ``albertlm.train`` for the batching rules).
 
     albertlm pretrain                                            # embedded demo: stdlib docstrings, albert-tiny
-    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-valid --out runs/en
+    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-heldout --out runs/en
     torchrun --nproc_per_node 2 -m albertlm pretrain --data shards/en --out runs/en-ddp
     albertlm pretrain --out runs/en --resume                     # settings come from runs/en/run_config.json
 """
@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from albertlm.train import PretrainConfig, TrainingError, pretrain
 
     start = time.time()
+    demo = False
     if args.resume and args.out and (Path(args.out) / "run_config.json").exists():
         saved = json.loads((Path(args.out) / "run_config.json").read_text())
         fields = {f.name for f in dataclasses.fields(PretrainConfig)}
@@ -118,12 +119,13 @@ def run(args: argparse.Namespace) -> int:
             cfg.max_steps = args.max_steps
     else:
         if args.data is None:
-            from albertlm.demo import prepare_demo_data
+            from albertlm.demo import DEMO_BATCH, DEMO_STEPS, prepare_demo_data
 
+            demo = True
             args.out = args.out or "runs/demo"
-            args.max_steps = args.max_steps or 150
+            args.max_steps = args.max_steps or DEMO_STEPS
             if args.global_batch_size == 128:
-                args.global_batch_size = 64  # a few minutes on 2 CPU cores
+                args.global_batch_size = DEMO_BATCH  # about 5 minutes on 2 CPU cores, all included
             args.data, args.valid_data = map(str, prepare_demo_data(Path(args.out) / "data"))
         args.out = args.out or "runs/pretrain"
         cfg = _config_from_args(args)
@@ -139,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"pretrained {result['steps']} steps, {result['tokens']:,} tokens in {(time.time() - start) / 60:.1f} min"
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
+    if demo:
+        from albertlm.demo import learned_summary, next_steps
+
+        print(learned_summary(result["final"], cfg.valid_data))
+        print(next_steps(cfg.out, cfg.valid_data))
     return 0
 
 
