@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb", help="lamb as the paper, or adamw")
     p.add_argument("--lr", type=float, help="peak learning rate (default 1.76e-3 for LAMB, 5e-4 for AdamW)")
     p.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay")
-    p.add_argument("--max-steps", type=int, help="optimizer steps (default 1000; demo 150)")
+    p.add_argument("--max-steps", type=int, help="optimizer steps (default 1000; demo 240)")
     p.add_argument("--warmup-steps", type=int, help="linear warmup steps (default max-steps / 10)")
     p.add_argument("--global-batch-size", type=int, default=128, help="instances per optimizer step")
     p.add_argument("--micro-batch-size", type=int, default=32, help="instances per forward on one process")
