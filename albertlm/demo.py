@@ -89,7 +89,7 @@ def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: 
     from albertlm.tokenizer import load_tokenizer, train_sentencepiece
 
     work = Path(work)
-    train_shards, valid_shards = work / "shards-train", work / "shards-valid"
+    train_shards, valid_shards = work / "shards-train", work / "shards-heldout"
     try:
         load_manifest(train_shards)
         load_manifest(valid_shards)

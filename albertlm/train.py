@@ -1,6 +1,6 @@
 """Pretraining: MLM + SOP (or NSP / none) from built shards, one loop for CPU, one GPU and torchrun.
 
-    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-valid --out runs/en
+    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-heldout --out runs/en
     torchrun --nproc_per_node 8 -m albertlm pretrain --preset albert-base-v2 --data shards/en --out runs/base
     albertlm pretrain --out runs/en --resume          # continue exactly where the last checkpoint left off
 
