@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from albertlm.errors import USER_OS_ERRORS, AlbertlmError, UserError  # noqa: F401  (UserError: re-export)
@@ -64,10 +65,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"albertlm.commands.{name}").register(sub)
+    _name_subcommands(parser)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("albertlm")
+    except PackageNotFoundError:
+        return "(not installed: run `pip install -e .`)"
+
+
+def _name_subcommands(parser: argparse.ArgumentParser) -> None:
+    """A command group called alone (`albertlm analyze`) lists its subcommands instead of a bare usage error."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for group in action.choices.values():
+            nested = [a for a in group._actions if isinstance(a, argparse._SubParsersAction)]
+            if nested:
+                nested[0].required = False  # the leaf's own `func` replaces this default when one is named
+                group.set_defaults(func=lambda args, g=group, a=nested[0]: _choose(g, a))
+            _name_subcommands(group)
+
+
+def _choose(group: argparse.ArgumentParser, action: argparse._SubParsersAction) -> int:
+    group.print_help(sys.stderr)
+    print(f"{group.prog}: error: name one of: {', '.join(action.choices)} "
+          f"(e.g. `{group.prog} {next(iter(action.choices))} --help`)", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe (`albertlm params | head`) is caught below
+        return code
+    except BrokenPipeError:
+        # The reader went away: stop quietly as `cat` does; Python's exit-time flush must not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by a closed pipe
     except AlbertlmError as e:
         print(f"albertlm {args.command}: error: {e}", file=sys.stderr)
         return 2

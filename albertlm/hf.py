@@ -235,6 +235,12 @@ def ours_to_hf(config: AlbertConfig, state_dict: dict[str, torch.Tensor]) -> dic
     return sd
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it and put it back
+    os.umask(mask)
+    return mask
+
+
 def save_state_dict(
     config: AlbertConfig, class_name: str, state_dict: dict[str, torch.Tensor], directory: str | Path
 ) -> Path:
@@ -244,6 +250,7 @@ def save_state_dict(
     config.save(d, architectures=[class_name])  # our class names are transformers' (heads.HEADS)
     tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
     save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates its file 0600; honour the umask like every other file
     os.replace(tmp, d / WEIGHTS_SAFETENSORS)
     return d
 

@@ -152,18 +152,19 @@ def step_comparison(args: argparse.Namespace) -> dict:
                                 DistInfo(False, 0, 0, 1, torch.device(args.device)))
     flops = useful_flops(config, {k: v.cpu() for k, v in batch.items()})
     print(f"{args.preset} pretraining step (fwd+bwd+AdamW), batch {B} x seq {S}, {args.device} {args.dtype}, "
-          f"{torch.get_num_threads()} threads, median of {args.reps}; MFU vs {peak_src} "
-          f"({peak / 1e12:.2f} TFLOP/s)")
+          f"{torch.get_num_threads()} threads, median of {args.reps}; MFU vs {peak_src}"
+          + (f" ({peak / 1e12:.2f} TFLOP/s)" if peak else ""))
     result = {"preset": args.preset, "batch_size": B, "seq_len": S, "device": args.device, "dtype": args.dtype,
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "transformers": transformers.__version__, "peak": peak_src, "engines": {}}
     for k, ts in times.items():
         med = statistics.median(ts)
-        row = {"median_s": med, "tokens_per_s": B * S / med, "mfu": flops / med / peak if peak else 0,
+        row = {"median_s": med, "tokens_per_s": B * S / med, "mfu": flops / med / peak if peak else None,
                "peak_mem_gib": mem[k]}
         result["engines"][k] = row
         m = f"  peak {mem[k]:.1f} GiB" if mem[k] is not None else ""
-        print(f"  {k:13s} {med * 1000:9.1f} ms  {row['tokens_per_s']:10,.0f} tokens/s  MFU {row['mfu']:6.1%}{m}")
+        print(f"  {k:13s} {med * 1000:9.1f} ms  {row['tokens_per_s']:10,.0f} tokens/s"
+              + (f"  MFU {row['mfu']:6.1%}" if peak else "") + m)
     base = statistics.median(times["hf_sdpa"])
     for k in times:
         if k != "hf_sdpa":

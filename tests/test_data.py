@@ -28,7 +28,6 @@ from albertlm.data import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
 CFG = InstanceConfig(max_seq_length=128)
 
 
@@ -53,7 +52,7 @@ def shard_bytes(out: Path) -> dict[str, bytes]:
 
 def test_static_is_deterministic_across_workers_and_seeds(en, tmp_path):
     tok, files = en
-    kw = dict(mode="static", cfg=CFG, dupe_factor=2, chunk_bytes=50_000)
+    kw = dict(mode="static", cfg=CFG, dupe_factor=2, chunk_bytes=20_000)
     m1 = build_dataset(files, tok, tmp_path / "w1", workers=1, seed=3, **kw)
     m2 = build_dataset(files, tok, tmp_path / "w2", workers=2, seed=3, **kw)
     build_dataset(files, tok, tmp_path / "s4", workers=1, seed=4, **kw)
@@ -238,9 +237,10 @@ def test_50mb_single_line_is_cut_not_hung(en, tmp_path):
 def test_killed_build_leaves_no_manifest(en, tmp_path):
     tok, _ = en
     big = tmp_path / "big.txt"
-    with open(big, "wb") as f:
-        for name in ("wikitext2.txt", "enwiki_excerpt.txt", "squad_v1.1_dev.txt"):
-            f.write((CORPUS / "en" / name).read_bytes())
+    with open(big, "wb") as f:  # ~6 MB: the slices forty times over, long enough to be killed mid-build
+        for _ in range(40):
+            for name in ("wikitext2.txt", "enwiki_excerpt.txt", "lee_background.txt"):
+                f.write((CORPUS / "en" / name).read_bytes())
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [

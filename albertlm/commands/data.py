@@ -5,6 +5,7 @@
     albertlm data build --input shared/corpus/zh --tokenizer tok_zh/ --out data/zh --mode static \\
         --dupe-factor 5 --max-seq-length 128
     albertlm data inspect data/en
+    albertlm data demo-corpus --out corpus/en    # the embedded demo's text: train.txt + heldout.txt
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--verify", action="store_true", help="also check every shard's sha256")
     i.set_defaults(func=run_inspect)
 
+    c = dsub.add_parser("demo-corpus", help="write the embedded demo's corpus (Python stdlib docstrings, ~1 MB)")
+    c.add_argument("--out", required=True, help="directory for train.txt and heldout.txt (must not hold them yet)")
+    c.set_defaults(func=run_demo_corpus)
+
 
 def _summary_line(m: dict, out: Path) -> str:
     c = m["counts"]
@@ -195,4 +200,17 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(f"--- instance {i}: {len(ids)} tokens, label {x.get('sentence_order_label', '-')}")
         print(text)
         print(f"targets: {tgt}")
+    return 0
+
+
+def run_demo_corpus(args: argparse.Namespace) -> int:
+    from albertlm.cli import UserError
+    from albertlm.demo import write_demo_corpus
+
+    taken = [p for p in (Path(args.out) / "train.txt", Path(args.out) / "heldout.txt") if p.exists()]
+    if taken:
+        raise UserError(f"{taken[0]} already exists: choose another --out (nothing was written)")
+    train, held, c = write_demo_corpus(args.out)
+    print(f"demo corpus: {c['documents']:,} Python standard-library docstrings, {c['sentences']:,} sentences -> "
+          f"{train} ({c['documents'] - c['heldout_documents']:,} documents), {held} ({c['heldout_documents']:,})")
     return 0

@@ -1,7 +1,7 @@
 """``albertlm pretrain``: MLM + SOP pretraining (see ``albertlm.train`` for the batching rules).
 
     albertlm pretrain                                            # embedded demo: stdlib docstrings, albert-tiny
-    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-valid --out runs/en
+    albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-heldout --out runs/en
     torchrun --nproc_per_node 2 -m albertlm pretrain --data shards/en --out runs/en-ddp
     albertlm pretrain --out runs/en --resume                     # settings come from runs/en/run_config.json
     albertlm pretrain --data shards/en --out runs/en --overwrite  # replace the run in runs/en
@@ -15,8 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from albertlm.demo import DEMO_BATCH, DEMO_STEPS
+
 # The embedded demo's settings where the user gives none (a few minutes on 2 CPU cores).
-DEMO = {"out": "runs/demo", "max_steps": 150, "global_batch_size": 64}
+DEMO = {"out": "runs/demo", "max_steps": DEMO_STEPS, "global_batch_size": DEMO_BATCH}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from albertlm.train import PretrainConfig, load_run_config, pretrain
 
     start = time.time()
+    demo = False
     if args.resume:
         cfg = load_run_config(args.out or DEMO["out"])
         cfg.overwrite = bool(args.overwrite)  # refused with --resume by the run itself
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.data is None:
         from albertlm.demo import prepare_demo_data
 
+        demo = True
         base = dataclasses.replace(PretrainConfig(), **DEMO)
         out = Path(args.out or base.out)
         data, valid = map(str, prepare_demo_data(out / "data"))
@@ -77,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
           f"{(time.time() - start) / 60:.1f} min"
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
+    if demo:
+        from albertlm.demo import learned_summary, next_steps
+
+        print(learned_summary(result["final"], cfg.valid_data))
+        print(next_steps(cfg.out, cfg.valid_data))
     return 0
 
 

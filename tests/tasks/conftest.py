@@ -1,54 +1,52 @@
-"""Fixtures for the task tests: the shared data root and tiny tokenizers trained once per session."""
+"""Fixtures for the task tests: the data roots (shipped slices; the full shared data for the `shared`
+tier) and tiny tokenizers trained once per session on the shipped corpus slices."""
 
 from __future__ import annotations
 
-import itertools
+import shutil
 from pathlib import Path
 
 import pytest
 from official_reference import NeedsPunktModel, lists_could_decide
-
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-DATA = SHARED / "data"
-CORPUS = SHARED / "corpus"
+from shared_data import CORPUS, DATA, SHARED_DATA
 
 
-def _slice(lang: str, out: Path, lines: int = 1500) -> Path:
+def _corpus(lang: str, out: Path) -> Path:
     out.mkdir(parents=True)
     for f in sorted((CORPUS / lang).glob("*.txt")):
         if f.name != "heldout.txt":
-            with open(f, encoding="utf-8") as fh:
-                (out / f.name).write_text("".join(itertools.islice(fh, lines)), encoding="utf-8")
+            shutil.copy(f, out / f.name)
     return out
 
 
 @pytest.fixture(scope="session")
 def data() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"shared data not found at {DATA}")
+    """The task folders cut to a few rows each (tests/data/tasks)."""
     return DATA
 
 
 @pytest.fixture(scope="session")
+def full_data() -> Path:
+    """The full task data in ../shared; only for tests marked `shared` (which fail without it)."""
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
 def en_tok_dir(tmp_path_factory) -> Path:
-    """A 2000-piece SentencePiece model on a slice of the English corpus (a few seconds)."""
-    if not CORPUS.is_dir():
-        pytest.skip(f"shared corpus not found at {CORPUS}")
+    """A 2000-piece SentencePiece model on the English corpus slices (a few seconds)."""
     from albertlm.tokenizer import train_sentencepiece
 
     root = tmp_path_factory.mktemp("en_tok")
-    train_sentencepiece([_slice("en", root / "corpus")], root / "tok", vocab_size=2000, seed=0)
+    train_sentencepiece([_corpus("en", root / "corpus")], root / "tok", vocab_size=2000, seed=0)
     return root / "tok"
 
 
 @pytest.fixture(scope="session")
 def zh_tok_dir(tmp_path_factory) -> Path:
-    if not CORPUS.is_dir():
-        pytest.skip(f"shared corpus not found at {CORPUS}")
     from albertlm.tokenizer import train_wordpiece
 
     root = tmp_path_factory.mktemp("zh_tok")
-    train_wordpiece([_slice("zh", root / "corpus")], root / "tok", vocab_size=6000)
+    train_wordpiece([_corpus("zh", root / "corpus")], root / "tok", vocab_size=6000)
     return root / "tok"
 
 

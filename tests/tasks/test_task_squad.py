@@ -4,6 +4,7 @@ CMRC examples), window layout and p_mask, and logits -> answer text."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from albertlm.tasks import RowPolicy, get_task, read_split
 from albertlm.tasks.squad import best_spans_v1, make_features, token_spans
@@ -24,24 +25,38 @@ def _round_trip(examples, tok, **kw):
     return feats, dropped, exact, inside, total
 
 
-def test_squad_offsets_round_trip(data, en_tok_dir):
-    tok = load_tokenizer(en_tok_dir)
+def _squad_offsets(data, tok_dir, min_exact: float):
+    tok = load_tokenizer(tok_dir)
     examples = read_split(get_task("squad"), data / "squad_v1.1", "dev", RowPolicy())[0][:600]
     ids, spans = token_spans(tok, examples[0].context)
     assert ids == tok.encode(examples[0].context, add_special_tokens=False)  # same ids as whole-text encoding
     feats, dropped, exact, inside, total = _round_trip(examples, tok, max_seq_length=384, doc_stride=128)
-    assert dropped == 0 and total >= 590
+    assert dropped == 0 and total >= 0.98 * len(examples)
     assert inside == total  # every gold answer lies inside its token span
-    assert exact / total > 0.97  # the rest are answers ending inside a piece ("4" of "49ers")
+    assert exact / total > min_exact  # the rest are answers ending inside a piece ("4" of "49ers")
 
 
-def test_cmrc_offsets_round_trip(data, zh_tok_dir):
-    tok = load_tokenizer(zh_tok_dir)
+def _cmrc_offsets(data, tok_dir):
+    tok = load_tokenizer(tok_dir)
     examples = read_split(get_task("cmrc2018"), data / "cmrc2018", "dev", RowPolicy())[0][:300]
     # short windows force many documents across several windows
     feats, dropped, exact, inside, total = _round_trip(examples, tok, max_seq_length=128, doc_stride=64)
-    assert len(feats) > 2 * len(examples) and dropped <= 3
+    assert len(feats) > 2 * len(examples) and dropped <= 0.01 * len(examples)
     assert exact / total > 0.99 and inside == total
+
+
+def test_squad_offsets_round_trip(data, en_tok_dir):
+    _squad_offsets(data, en_tok_dir, 0.9)  # the slice is Super Bowl 50: "49ers", "24-10", denser than most
+
+
+def test_cmrc_offsets_round_trip(data, zh_tok_dir):
+    _cmrc_offsets(data, zh_tok_dir)
+
+
+@pytest.mark.shared
+def test_offsets_round_trip_on_600_squad_and_300_cmrc_questions(full_data, en_tok_dir, zh_tok_dir):
+    _squad_offsets(full_data, en_tok_dir, 0.97)
+    _cmrc_offsets(full_data, zh_tok_dir)
 
 
 def test_window_layout_and_decoding(data, en_tok_dir):

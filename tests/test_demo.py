@@ -1,0 +1,72 @@
+"""The embedded demo's closing lines: what was learned, against the no-model baselines, flagged plainly
+when not above them; and `albertlm data demo-corpus`, which writes the demo's text for the Quick tour."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from albertlm.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A random tiny pretraining model and held-out dynamic shards of stdlib docstrings (seconds)."""
+    from albertlm.pretraining_data import InstanceConfig
+
+    from albertlm import AlbertConfig, AlbertForPreTraining
+    from albertlm.data import build_dataset
+    from albertlm.demo import _sentences, stdlib_docstrings
+    from albertlm.tokenizer import train_sentencepiece
+
+    root = tmp_path_factory.mktemp("demo")
+    text = root / "heldout.txt"
+    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
+    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 60)))
+    tok = train_sentencepiece([text], root / "tok", vocab_size=400)
+    build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
+    torch.manual_seed(0)
+    cfg = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=64)
+    AlbertForPreTraining(cfg).save_pretrained(root / "model")
+    return root / "model", root / "shards"
+
+
+def test_learned_summary_states_the_baselines_and_flags_a_miss(tiny_run):
+    from albertlm.analysis import intrinsic_accuracy
+    from albertlm.demo import learned_summary, next_steps
+
+    model, shards = tiny_run
+    line = learned_summary(model, shards, epochs=1)
+    r = intrinsic_accuracy(model, shards, epochs=1)
+    assert "\n" not in line and f"MLM accuracy {r['mlm_acc']:.3f} vs {r['mlm_acc_baseline']:.3f}" in line
+    assert f"vs {r['majority_baseline']:.3f} for the majority label" in line
+    # a random model is below the copy-or-most-frequent baseline: the line says so in capitals
+    assert r["mlm_acc"] < r["mlm_acc_baseline"] and "(NOT above it:" in line
+    sop_verdict = re.search(r"majority label \((.*)\)$", line).group(1)
+    if r["pair_acc"] <= r["majority_baseline"]:
+        assert sop_verdict == "NOT above it"
+    elif r["pair_acc"] - r["pair_acc_ci95"] <= r["majority_baseline"]:
+        assert sop_verdict.startswith("not clearly above it")
+    nxt = next_steps("runs/demo", shards)
+    assert nxt.startswith("next: ") and "--resume" in nxt and f"--data {shards}" in nxt
+
+
+def test_demo_corpus_writes_train_and_heldout_and_never_overwrites(tmp_path, capsys, monkeypatch):
+    from albertlm import demo
+
+    first = list(itertools.islice(demo.stdlib_docstrings(), 300))  # the whole library takes ~15 s to parse
+    monkeypatch.setattr(demo, "stdlib_docstrings", lambda: iter([*first, *first[:50]]))  # 50 repeats
+    assert main(["data", "demo-corpus", "--out", str(tmp_path / "c")]) == 0
+    train, held = (tmp_path / "c" / "train.txt").read_text(), (tmp_path / "c" / "heldout.txt").read_text()
+    train_docs, held_docs = train.split("\n\n")[:-1], held.split("\n\n")[:-1]
+    assert len(held_docs) == (len(train_docs) + len(held_docs)) // demo.HELDOUT_EVERY
+    assert len(set(train_docs)) == len(train_docs) and not set(held_docs) & set(train_docs)  # repeats dropped
+    before = (tmp_path / "c" / "train.txt").stat().st_mtime_ns
+    assert main(["data", "demo-corpus", "--out", str(tmp_path / "c")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "c" / "train.txt").stat().st_mtime_ns == before
