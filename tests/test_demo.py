@@ -16,10 +16,8 @@ from albertlm.cli import main
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     """A random tiny pretraining model and held-out dynamic shards of stdlib docstrings (seconds)."""
-    from albertlm.pretraining_data import InstanceConfig
-
     from albertlm import AlbertConfig, AlbertForPreTraining
-    from albertlm.data import build_dataset
+    from albertlm.data import InstanceConfig, build_dataset
     from albertlm.demo import _sentences, stdlib_docstrings
     from albertlm.tokenizer import train_sentencepiece
 

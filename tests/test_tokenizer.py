@@ -154,7 +154,7 @@ def test_special_ids_and_layout(sp, wp, sp_hf, wp_hf):
     assert sp_hf.encode("a [MASK] b <unk>", add_special_tokens=False)[1::2] == [sp.mask_id, sp.unk_id]
     assert wp_hf.mask_id in wp_hf.encode("今天[MASK]气")
     assert sp.mask_id not in sp.encode("a [MASK] b", add_special_tokens=False)
-    assert wp.mask_id not in wp.encode("今天[MASK]气") and "[" in wp.tokenize("今天[MASK]气")
+    assert wp.mask_id not in wp.encode("今天[MASK]气") and len(wp.tokenize("今天[MASK]气")) > 3
 
 
 def test_pair_template_and_truncation(sp, wp):

@@ -195,8 +195,9 @@ def test_squad_v1_matches_reference_question_by_question(data: Path, tmp_path: P
         assert metrics.squad_v1(preds, answers) == pytest.approx(totals, abs=1e-9)
 
 
-def test_squad_v2_matches_reference_question_by_question(data: Path, tmp_path: Path):
-    dataset = json.loads((data / "squad_v2_subset" / "dev-v2.0.json").read_text(encoding="utf-8"))
+@pytest.mark.shared  # counts of the full dev sets
+def test_squad_v2_matches_reference_question_by_question(full_data: Path, tmp_path: Path):
+    dataset = json.loads((full_data / "squad_v2_subset" / "dev-v2.0.json").read_text(encoding="utf-8"))
     rng = random.Random(0)
     for qa in (qa for a in dataset["data"] for p in a["paragraphs"] for qa in p["qas"] if qa["answers"]):
         if rng.random() < 0.05:  # answerable, but every gold answer normalises to nothing
@@ -222,8 +223,9 @@ def test_squad_v2_matches_reference_question_by_question(data: Path, tmp_path: P
         assert ref["HasAns_total"] > sum(1 for a in answers.values() if any(map(metrics.normalize_answer, a)))
 
 
-def test_cmrc2018_matches_reference_question_by_question(data: Path, tmp_path: Path, offline_word_tokenize):
-    dataset = _first_questions(data / "cmrc2018" / "squad-style-data" / "cmrc2018_dev.json", 500)
+@pytest.mark.shared  # counts of the full dev sets
+def test_cmrc2018_matches_reference_question_by_question(full_data: Path, tmp_path: Path, offline_word_tokenize):
+    dataset = _first_questions(full_data / "cmrc2018" / "squad-style-data" / "cmrc2018_dev.json", 500)
     answers = _answers(dataset, tmp_path)
     compared = gaps = 0
     for seed in range(3):

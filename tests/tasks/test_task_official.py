@@ -40,9 +40,10 @@ def test_squad_v1_files_score_as_ours(data: Path, tmp_path: Path):
     assert ref_squad_v1(gold, written)[1] == pytest.approx(ours, abs=1e-9)
 
 
-def test_squad_v2_files_score_as_ours(data: Path, tmp_path: Path):
+@pytest.mark.shared  # counts of the full dev sets
+def test_squad_v2_files_score_as_ours(full_data: Path, tmp_path: Path):
     task = get_task("squad2")
-    examples = read_split(task, data / "squad_v2_subset", "dev", RowPolicy())[0]
+    examples = read_split(task, full_data / "squad_v2_subset", "dev", RowPolicy())[0]
     preds = _adversarial(examples, 1)
     rng = random.Random(1)
     null = {ex.qid: rng.choice([-1.0, 0.5, 1.0, 2.5]) for ex in examples}  # ties, and some above 1.0
@@ -55,10 +56,11 @@ def test_squad_v2_files_score_as_ours(data: Path, tmp_path: Path):
     assert ref_squad_v2(gold, written, odds)[3] == pytest.approx(ours, abs=1e-9)
 
 
-def test_cmrc_files_from_the_original_list_format(data: Path, tmp_path: Path, offline_word_tokenize):
+@pytest.mark.shared  # counts of the full dev sets
+def test_cmrc_files_from_the_original_list_format(full_data: Path, tmp_path: Path, offline_word_tokenize):
     task = get_task("cmrc2018")
-    original = data / "cmrc2018" / "data" / "cmrc2018_dev.json"  # CMRC's own format, not SQuAD's
-    examples = read_split(task, data / "cmrc2018", "dev", RowPolicy(), original)[0][:300]
+    original = full_data / "cmrc2018" / "data" / "cmrc2018_dev.json"  # CMRC's own format, not SQuAD's
+    examples = read_split(task, full_data / "cmrc2018", "dev", RowPolicy(), original)[0][:300]
     preds = _adversarial(examples, 2)
     kept = []
     for ex in examples:  # a "." inside a run: the English Punkt model's lists decide (see test_task_metrics)
