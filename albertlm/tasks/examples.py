@@ -6,6 +6,7 @@ name where the row came from.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,3 +91,29 @@ def read_lines(path: Path) -> list[str]:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}); convert the file to UTF-8") from None
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def json_objects(path: Path, lines: list[str], policy: RowPolicy) -> list[tuple[int, dict]]:
+    """(line number, object) of every JSON-object line; blank lines are skipped, others go to ``policy``."""
+    rows = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            policy.bad(path, n, f"not valid JSON ({e.msg})")
+            continue
+        if not isinstance(row, dict):
+            policy.bad(path, n, f"expected a JSON object per line, found {type(row).__name__}")
+            continue
+        rows.append((n, row))
+    return rows
+
+
+def is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False

@@ -38,7 +38,15 @@ from typing import Any
 
 from albertlm.errors import DataError
 from albertlm.tasks import squad
-from albertlm.tasks.examples import ChoiceExample, RowPolicy, TaggingExample, TextExample, check_nonempty
+from albertlm.tasks.examples import (
+    ChoiceExample,
+    RowPolicy,
+    TaggingExample,
+    TextExample,
+    check_nonempty,
+    is_number,
+    json_objects,
+)
 from albertlm.tasks.tagging import read_conll
 
 _log = logging.getLogger(__name__)
@@ -191,20 +199,7 @@ def read_table(path: Path, data: UserData, policy: RowPolicy, task: str, names: 
     if fmt in ("csv", "tsv"):
         return _read_delimited(path, fmt, data, policy, names)
     if fmt == "jsonl":
-        rows = []
-        for n, line in enumerate(_read_text(path).split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                policy.bad(path, n, f"not valid JSON ({e.msg})")
-                continue
-            if not isinstance(row, dict):
-                policy.bad(path, n, f"expected a JSON object per line, found {_type(row)}")
-                continue
-            rows.append((n, row))
-        return Table(path, fmt, None, _nonempty(path, rows))
+        return Table(path, fmt, None, _nonempty(path, json_objects(path, _read_text(path).split("\n"), policy)))
     if fmt == "json":
         return Table(path, fmt, None, _nonempty(path, _json_array(path, policy)))
     raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl or json")
@@ -359,14 +354,6 @@ def _mixed_types(table: Table, policy: RowPolicy, column: str, items: list, type
     return out
 
 
-def _is_number(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
 # --------------------------------------------------------------------------- readers per generic task
 def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = False) -> list[TextExample]:
     """Classification / regression: a text (and a pair text) and a label per row."""
@@ -397,8 +384,8 @@ def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = 
             if not y:
                 raise _Bad(f"empty label in column {table.name(label)!r}")
             src = f"{path}:{n}"
-            raw_types[src] = _type(v) if table.fmt in ("json", "jsonl") else "a number" if _is_number(y) else "a string"
-            if regression and not _is_number(y):
+            raw_types[src] = _type(v) if table.fmt in ("json", "jsonl") else "a number" if is_number(y) else "a string"
+            if regression and not is_number(y):
                 raise _Bad(f"label {y!r} is not a number (regression needs numbers)")
         return TextExample(a, b, y, f"{path}:{n}")
 

@@ -26,7 +26,7 @@ import numpy as np
 from albertlm.errors import DataError
 from albertlm.tasks import features as F
 from albertlm.tasks import generic, metrics, squad
-from albertlm.tasks.examples import ChoiceExample, QAExample, TaggingExample, TextExample
+from albertlm.tasks.examples import ChoiceExample, QAExample, TaggingExample, TextExample, is_number
 
 NULL_THRESHOLD_KEY = "null_threshold"  # SQuAD 2.0: answer "" when the null score is above this
 
@@ -152,14 +152,6 @@ def _labels(config: Any) -> list[str]:
     return [str(id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
 
 
-def _is_number(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -198,7 +190,7 @@ class Classification(TaskKind):
             raise DataError(f"{where}: every training label is {next(iter(counts))!r}; a classifier needs two or "
                             "more classes (is --label-column the right column?)")  # fmt: skip
         # numbers in numeric order ("2" before "10"), names alphabetically: the ids are stable and readable
-        numeric = all(_is_number(k) for k in counts)
+        numeric = all(is_number(k) for k in counts)
         return sorted(counts, key=(lambda k: (float(k), k)) if numeric else None)
 
     def label_counts(self, task, examples):

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from albertlm.tasks.examples import DataError, RowPolicy, TextExample, check_nonempty, read_lines
+from albertlm.tasks.examples import DataError, RowPolicy, TextExample, check_nonempty, json_objects, read_lines
 
 
 @dataclass(frozen=True)
@@ -84,17 +84,7 @@ def read_jsonl(path: Path, cols: Columns, policy: RowPolicy) -> list[TextExample
     if not any(line.strip() for line in lines):
         raise DataError(f"{path}: file is empty")
     out: list[TextExample] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            policy.bad(path, n, f"not valid JSON ({e.msg})")
-            continue
-        if not isinstance(row, dict):
-            policy.bad(path, n, "expected a JSON object per line")
-            continue
+    for n, row in json_objects(path, lines, policy):
         a = _field(row, cols.a)
         b = _field(row, cols.b) if cols.b else None
         if a is None or (cols.b and b is None):
