@@ -17,6 +17,7 @@ becomes an example.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -54,8 +55,8 @@ class Encoded:
     dropped: int = 0  # QA training: examples whose gold answer is not in their context
 
 
-class TaskKind:
-    """The base: sequence classification, which most tasks are."""
+class TaskKind(ABC):
+    """What one kind of task does at each step; the concrete kinds below fill in the abstract methods."""
 
     name: ClassVar[str]
     architecture: ClassVar[str]  # the head class (a key of albertlm.heads.HEADS)
@@ -98,9 +99,10 @@ class TaskKind:
         return task
 
     # ---------------------------------------------------------------- examples -> inputs
+    @abstractmethod
     def encode(self, task: Any, examples: list, tok: Any, label2id: dict, s: InferenceSettings,
                training: bool = False) -> Encoded:  # fmt: skip
-        raise NotImplementedError
+        """Model inputs for ``examples`` (with labels in training) and what decoding needs."""
 
     def check_gold(self, examples: list, need: str = "evaluation") -> None:
         """Evaluation (or training) needs gold answers: refuse an unlabeled file with the first row that has none."""
@@ -112,22 +114,23 @@ class TaskKind:
                             f"{hint})")
 
     # ---------------------------------------------------------------- outputs -> answers
+    @abstractmethod
     def decode(self, examples: list, enc: Encoded, out: dict[str, list], s: InferenceSettings, config: Any,
                info: dict | None = None) -> list[dict]:  # fmt: skip
         """One answer per example, a dict whose fields ``row`` and ``score`` read."""
-        raise NotImplementedError
 
+    @abstractmethod
     def score(self, task: Any, examples: list, answers: list[dict], config: Any) -> dict[str, float]:
-        raise NotImplementedError
+        """The task's metrics of ``answers`` against the examples' gold labels."""
 
+    @abstractmethod
     def row(self, ex: Any, answer: dict, config: Any) -> dict[str, Any]:
         """The JSON object ``predict`` prints and the server returns for one input."""
-        raise NotImplementedError
 
     # ---------------------------------------------------------------- user input -> example
+    @abstractmethod
     def parse(self, obj: Any, where: str) -> Any:
         """One user input (a JSON object, or a plain string) -> an unlabeled example."""
-        raise NotImplementedError
 
     def parse_line(self, line: str, where: str) -> Any:
         """A ``predict`` input line: a JSON object, else the plain text itself."""
