@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import ConfigError
+from albertlm.files import write_text_atomic
 
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 SHARING_MODES = ("all", "attention", "ffn", "none")
@@ -283,9 +284,7 @@ class AlbertConfig:
         d = self.to_dict()
         if architectures:
             d["architectures"] = architectures
-        tmp = path.with_name(".config.json.tmp")
-        tmp.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)  # atomic: a reader never sees half a config
+        write_text_atomic(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
         return path
 
     @classmethod

@@ -40,6 +40,7 @@ import torch
 
 from albertlm.config import PRESETS, AlbertConfig
 from albertlm.errors import DataError, UserError
+from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
 from albertlm.inference import TASK_KEY, Predictor
 from albertlm.optim import build_optimizer, build_scheduler
@@ -351,10 +352,8 @@ def train(
         final["auto_defaults"] = {k: why for k, (_, why) in chosen.items()}
     if data.label_counts:
         final["train_label_counts"] = data.label_counts
-    tmp = out / ".metrics.json.tmp"
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
-    tmp.write_text(text + "\n")
-    tmp.replace(out / "metrics.json")
+    write_text_atomic(out / "metrics.json", text + "\n")
     return final
 
 

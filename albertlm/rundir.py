@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import UserError
+from albertlm.files import write_text_atomic
 
 _log = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ def settings_json(cfg: Any, run_dir: Path) -> dict[str, Any]:
 
 def write_config(cfg: Any, run_dir: Path, run_id: str) -> None:
     """run_config.json, written to a temp name and renamed."""
-    tmp = run_dir / f".{RUN_CONFIG}.tmp"
-    tmp.write_text(json.dumps({"run_id": run_id, **settings_json(cfg, run_dir)}, indent=1))
-    os.replace(tmp, run_dir / RUN_CONFIG)
+    write_text_atomic(run_dir / RUN_CONFIG, json.dumps({"run_id": run_id, **settings_json(cfg, run_dir)}, indent=1))
 
 
 def read_config(run_dir: str | Path) -> tuple[dict[str, Any], str | None]:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from albertlm.errors import UserError
+from albertlm.files import write_text_atomic
 
 # older flag names kept working: serve's --max-length / --max-batch-size
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
@@ -221,11 +222,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         summary = {"task": task.name, "file": str(path), "metrics": json_ready(result)}
-        _write(out / "metrics.json", json.dumps(summary, indent=2))
+        write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2))
         if spans is not None:  # span QA: the predictions file the official scripts read
-            _write(out / "predictions.json", json.dumps(spans, ensure_ascii=False, indent=1))
+            write_text_atomic(out / "predictions.json", json.dumps(spans, ensure_ascii=False, indent=1))
             if nulls is not None:
-                _write(out / "null_odds.json", json.dumps(nulls, indent=1))
+                write_text_atomic(out / "null_odds.json", json.dumps(nulls, indent=1))
         where = f"; wrote metrics.json to {out}"
     if args.official_format:
         from albertlm.tasks.official import write_official
@@ -236,13 +237,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
     print(msg, file=sys.stderr)
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomic: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -273,7 +267,7 @@ def _predict(args: argparse.Namespace) -> int:
     rows = dict(zip(examples, predictor.predict(list(examples.values())), strict=True))
     text = "".join(json.dumps(rows.get(n, {}), ensure_ascii=False) + "\n" for n in range(len(lines)))
     if args.output:
-        _write(Path(args.output), text)
+        write_text_atomic(Path(args.output), text)
         name = predictor.task.name if predictor.task else predictor.kind.name
         print(f"predicted {len(rows)} rows with {name} model {args.model}; wrote {args.output}", file=sys.stderr)
     else:
@@ -303,7 +297,7 @@ def _predict_table(args: argparse.Namespace, predictor) -> int:  # noqa: ANN001
     _note_skips(policy, lambda m: print(m, file=sys.stderr))
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in predictor.predict(examples))
     if args.output:
-        _write(Path(args.output), text)
+        write_text_atomic(Path(args.output), text)
         print(f"predicted {len(examples)} rows of {args.input} with {predictor.task.name} model {args.model}; wrote "
               f"{args.output}", file=sys.stderr)  # fmt: skip
     else:

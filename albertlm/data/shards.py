@@ -45,6 +45,7 @@ from albertlm.data.instances import (
     plan_instances,
 )
 from albertlm.errors import DataError, UserError
+from albertlm.files import fsync_dir, write_text_atomic
 
 _log = logging.getLogger(__name__)
 
@@ -88,24 +89,6 @@ class _BinWriter:
             "bytes": self.count * self.dtype.itemsize,
             "sha256": self.sha.hexdigest(),
         }
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def tokenizer_info(tok) -> dict:
@@ -383,7 +366,7 @@ def build_dataset(
         shards.append({"source": u.path, "start": u.start, "end": u.end, "format": u.fmt, "files": fl, "counts": st})
     stats["tokens"] = sum(s["counts"].get("tokens", 0) for s in shards)
     stats["bytes_written"] = sum(f["bytes"] for s in shards for f in s["files"].values())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -411,10 +394,10 @@ def build_dataset(
     old = [p for p in _previous_builds(out) if p != tmp]
     if (out / MANIFEST).exists():
         os.unlink(out / MANIFEST)
-        _fsync_dir(out)
+        fsync_dir(out)
     os.rename(tmp, out / manifest["shard_dir"])
-    _fsync_dir(out)
-    _write_json_atomic(out / MANIFEST, manifest)
+    fsync_dir(out)
+    write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), durable=True)
     for p in old:
         _remove_build(p)
     return manifest

@@ -14,12 +14,11 @@ scored on the same questions as ours. Our scorer (``albertlm.tasks.metrics``) gi
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from albertlm.errors import DataError, UserError
+from albertlm.files import write_text_atomic
 from albertlm.tasks import metrics
 from albertlm.tasks.examples import QAExample
 
@@ -95,9 +94,4 @@ def gold_json(examples: list[QAExample], version: str) -> dict:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1) + "\n")

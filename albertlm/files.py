@@ -1,0 +1,35 @@
+"""Writing files so that a reader never sees half of one: the one helper every module uses."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename inside ``path`` survive a power cut (the directory entry itself is flushed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: str | Path, text: str, durable: bool = False) -> Path:
+    """Write ``text`` to a unique temp name beside ``path`` and rename it over ``path``; with ``durable``
+    the file and the rename are also flushed to disk. A failure leaves ``path`` as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if durable:
+        fsync_dir(path.parent)
+    return path
