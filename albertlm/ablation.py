@@ -93,7 +93,8 @@ def _lang(corpus: Path) -> str:
 def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, Path]:
     """Tokenizer and shards for the study (train per objective, held-out for SOP and NSP); reused."""
     from albertlm.data import InstanceConfig, build_dataset, load_manifest
-    from albertlm.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.tokenizer_training import train_sentencepiece, train_wordpiece
 
     corpus, work = Path(s.corpus), Path(s.out) / "data"
     held = corpus / "heldout.txt"

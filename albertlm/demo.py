@@ -88,7 +88,8 @@ def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: 
                       log=_log.info) -> tuple[Path, Path]:
     """corpus -> SentencePiece tokenizer -> dynamic shards (train and held-out); reused when present."""
     from albertlm.data import InstanceConfig, build_dataset, load_manifest
-    from albertlm.tokenizer import load_tokenizer, train_sentencepiece
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.tokenizer_training import train_sentencepiece
 
     work = Path(work)
     train_shards, valid_shards = work / "shards-train", work / "shards-heldout"

@@ -142,7 +142,7 @@ def print_table(rows: list[dict]) -> None:
 # --------------------------------------------------------------------------- accuracy
 def train_sst2(out: Path, args: argparse.Namespace) -> Path:
     """Tokenizer on a corpus slice + a brief AdamW fine-tune from random init on an SST-2 slice."""
-    from albertlm.tokenizer import train_sentencepiece
+    from albertlm.tokenizer_training import train_sentencepiece
 
     corpus = out / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)

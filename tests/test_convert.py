@@ -215,7 +215,7 @@ def test_wordpiece_vocab_is_carried_with_a_tokenizer_config(tmp_path):
 
 
 def test_sentencepiece_model_is_carried_as_spiece_model(tmp_path):
-    from albertlm.tokenizer import train_sentencepiece
+    from albertlm.tokenizer_training import train_sentencepiece
 
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(["the quick brown fox jumps over the lazy dog", "a bad cab", "we jump"] * 50) + "\n")

@@ -19,7 +19,7 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     from albertlm import AlbertConfig, AlbertForPreTraining
     from albertlm.data import InstanceConfig, build_dataset
     from albertlm.demo import _sentences, stdlib_docstrings
-    from albertlm.tokenizer import train_sentencepiece
+    from albertlm.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("demo")
     text = root / "heldout.txt"

@@ -70,7 +70,7 @@ def deploy_artifacts() -> dict[str, Path]:
 
 
 def _build(root: Path) -> dict[str, Path]:
-    from albertlm.tokenizer import train_sentencepiece
+    from albertlm.tokenizer_training import train_sentencepiece
 
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     (root / "corpus").mkdir()

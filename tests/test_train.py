@@ -28,7 +28,7 @@ def shards(tmp_path_factory) -> Path:
     """~250 documents of stdlib docstrings -> a 600-piece SentencePiece model -> dynamic shards (seq 64)."""
     from albertlm.data import InstanceConfig, build_dataset
     from albertlm.demo import _sentences, stdlib_docstrings
-    from albertlm.tokenizer import train_sentencepiece
+    from albertlm.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("pretrain")
     text = root / "corpus.txt"
