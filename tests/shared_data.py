@@ -24,3 +24,15 @@ def corpus_slice(lang: str, name: str, n_bytes: int, dest: Path, corpus: Path = 
     raw = (corpus / lang / name).read_bytes()[:n_bytes]
     dest.write_bytes(raw[: raw.rfind(b"\n\n") + 2])
     return dest
+
+
+def docstring_corpus(dest: Path, documents: int) -> Path:
+    """The first ``documents`` stdlib docstrings of two or more sentences (the demo's corpus, which every
+    Python has) written in the pretraining format: one sentence per line, a blank line between documents."""
+    import itertools
+
+    from albertlm.demo import _sentences, stdlib_docstrings
+
+    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
+    dest.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, documents)))
+    return dest

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shared_data import docstring_corpus
 
 from albertlm.cli import main
 
@@ -18,13 +19,11 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     """A random tiny pretraining model and held-out dynamic shards of stdlib docstrings (seconds)."""
     from albertlm import AlbertConfig, AlbertForPreTraining
     from albertlm.data import InstanceConfig, build_dataset
-    from albertlm.demo import _sentences, stdlib_docstrings
     from albertlm.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("demo")
     text = root / "heldout.txt"
-    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
-    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 60)))
+    docstring_corpus(text, 60)
     tok = train_sentencepiece([text], root / "tok", vocab_size=400)
     build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
     torch.manual_seed(0)

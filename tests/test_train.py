@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from shared_data import docstring_corpus
 
 from albertlm.train import PretrainConfig, TrainingError, pretrain, rank_micro_batches
 
@@ -27,13 +27,11 @@ TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
 def shards(tmp_path_factory) -> Path:
     """~250 documents of stdlib docstrings -> a 600-piece SentencePiece model -> dynamic shards (seq 64)."""
     from albertlm.data import InstanceConfig, build_dataset
-    from albertlm.demo import _sentences, stdlib_docstrings
     from albertlm.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("pretrain")
     text = root / "corpus.txt"
-    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
-    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 250)))
+    docstring_corpus(text, 250)
     tok = train_sentencepiece([text], root / "tok", vocab_size=600)
     build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
     return root / "shards"

@@ -3,13 +3,13 @@ and helpers to run the CLI in a subprocess and check that a failure is one clear
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from shared_data import docstring_corpus
 
 TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16, num_hidden_layers=2)
 TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
@@ -18,12 +18,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).re
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
-    from albertlm.demo import _sentences, stdlib_docstrings
 
     root = tmp_path_factory.mktemp("faults-corpus")
     text = root / "corpus.txt"
-    docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
-    text.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, 150)))
+    docstring_corpus(text, 150)
     return text
 
 
