@@ -30,6 +30,8 @@ from albertlm.export import export_onnx, quantization_report  # noqa: E402
 from albertlm.heads import HEADS  # noqa: E402
 from albertlm.inference import OnnxEngine, Predictor, load_torch_model  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 CORPUS, SST2 = SLICE_CORPUS / "en", DATA / "glue_sst2"
 LABELS = {0: "negative", 1: "positive"}
 TAGS = {0: "O", 1: "B-X", 2: "I-X"}
@@ -91,14 +93,6 @@ def _build(root: Path) -> dict[str, Path]:
     dirs["sst2-onnx"] = root / "sst2-onnx"
     return dirs
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on 2 shared cores: a second torch thread only adds spin-waiting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

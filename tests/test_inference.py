@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_export import deploy_artifacts, one_thread, sst2, tiny_config  # noqa: E402, F401
+from test_export import deploy_artifacts, sst2, tiny_config  # noqa: E402
 
 from albertlm.cli import main  # noqa: E402
 from albertlm.export import export_onnx  # noqa: E402
@@ -24,6 +24,8 @@ from albertlm.inference import Predictor  # noqa: E402
 from albertlm.serve import create_app  # noqa: E402
 from albertlm.tasks import InferenceSettings, get_task, kind_of  # noqa: E402
 from albertlm.tokenizer import load_tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 LABELS = {"sst2": ["0", "1"], "conll-ner": ["O", "B-X", "I-X"]}
 # Small windows so that one context needs several (doc-stride) windows.

@@ -9,10 +9,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_export import deploy_artifacts, one_thread  # noqa: E402, F401  (shared with test_export)
+from test_export import deploy_artifacts  # noqa: E402
 
 from albertlm.inference import Predictor  # noqa: E402
 from albertlm.serve import create_app  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

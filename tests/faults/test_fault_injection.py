@@ -31,6 +31,8 @@ from safetensors.torch import load_file
 
 from albertlm.cli import main
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 TALLY: dict[str, Counter] = defaultdict(Counter)
 
 
@@ -43,14 +45,6 @@ def report():
         old.update({k: dict(v) for k, v in TALLY.items()})
         Path(path).write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """In-process runs match the subprocesses (OMP_NUM_THREADS=1) bit for bit: same reduction order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def cli(*args: str) -> list[str]:
