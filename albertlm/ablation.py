@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,26 +60,37 @@ def study_variants(study: str, hidden_size: int = BASE["hidden_size"]) -> list[V
 STUDIES = ("embedding", "sharing", "objective", "depth", "width")
 
 
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    """A study setting with its command-line help (``albertlm ablate`` derives its flags from these)."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
 @dataclass
 class StudySettings:
-    study: str
-    corpus: str  # directory of *.txt (classic format), with heldout.txt held out
-    out: str
-    steps: int = 300
-    global_batch_size: int = 64
-    micro_batch_size: int = 32
-    lr: float = 3e-3
-    max_seq_length: int = 128
-    vocab_size: int = 8000
-    seed: int = 0
-    eval_batches: int = 20
-    finetune_task: str | None = None  # default by language
-    finetune_data: str | None = None
-    finetune_steps: int = 300
-    finetune_lr: float = 3e-4
-    finetune_limit_train: int = 8000
+    study: str = _opt("objective", "which table", choices=STUDIES)
+    corpus: str = _opt("", "directory of classic-format *.txt with a heldout.txt (held out of training)")
+    out: str | None = _opt(None, "study directory (default: runs/ablate/STUDY)")
+    steps: int = _opt(300, "pretraining steps per variant (the equal budget)")
+    global_batch_size: int = _opt(64, "instances per step")
+    micro_batch_size: int = _opt(32, "instances per forward")
+    lr: float = _opt(3e-3, "LAMB learning rate")
+    max_seq_length: int = _opt(128, "tokens per instance (and per held-out pair)")
+    vocab_size: int = _opt(8000, "tokenizer vocabulary trained on the corpus")
+    seed: int = _opt(0, "the one seed every variant shares")
+    eval_batches: int = _opt(20, "held-out MLM accuracy: batches of the held-out SOP shards")
+    eval_pairs: int = _opt(1000, "balanced held-out pairs per contrast, each scored with its negative")
+    finetune_task: str | None = _opt(None, "downstream task (default: sst2 for English, chnsenticorp for Chinese)")
+    finetune_data: str | None = _opt(None, "downstream data directory (default: data/<task> two levels above --corpus)")
+    finetune_steps: int = _opt(300, "fine-tuning steps per variant and seed (0 = skip)")
+    finetune_lr: float = _opt(3e-4, "fine-tuning peak learning rate (AdamW)")
+    finetune_limit_train: int = _opt(8000, "training examples used downstream")
+    finetune_seeds: int = _opt(3, "downstream runs per variant (seeds SEED, SEED+1, ...): mean and spread")
     variants: list[str] | None = None  # run only these (the others are left for other processes)
     model: dict[str, Any] = field(default_factory=dict)  # changes to BASE shared by every variant
+
+    def __post_init__(self) -> None:
+        if self.out is None:
+            self.out = f"runs/ablate/{self.study}"
 
 
 def _lang(corpus: Path) -> str:
@@ -124,24 +136,34 @@ def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, 
     return paths
 
 
-def intrinsic(model_dir: Path, shards: Path, s: StudySettings) -> dict[str, float]:
-    """Held-out MLM accuracy and sentence-pair accuracy of a pretrained model on ``shards``."""
-    from albertlm.analysis import heldout_scores
+def intrinsic(model_dir: Path, data: dict[str, Path], s: StudySettings) -> dict[str, Any]:
+    """Held-out MLM accuracy, and SOP / NSP accuracy on balanced held-out pairs with 95% intervals."""
+    from albertlm.analysis import build_pair_sets, heldout_scores, pair_accuracy
     from albertlm.data import PretrainingDataset
     from albertlm.heads import AlbertForPreTraining
+    from albertlm.tokenizer import load_tokenizer
 
     model = AlbertForPreTraining.from_pretrained(model_dir)
-    return heldout_scores(model, PretrainingDataset(shards), s.eval_batches, s.micro_batch_size)
+    held = PretrainingDataset(data["heldout-sop"])
+    mlm = heldout_scores(model, held, s.eval_batches, s.micro_batch_size)
+    tok = load_tokenizer(data["tokenizer"])
+    sets = build_pair_sets(Path(s.corpus) / "heldout.txt", tok, s.max_seq_length, s.eval_pairs, s.seed + 1)
+    out: dict[str, Any] = {"mlm_acc": mlm["valid_mlm_acc"]}
+    for kind in ("sop", "nsp"):
+        r = pair_accuracy(model, sets[kind], tok.pad_id)
+        out[f"{kind}_acc"], out[f"{kind}_ci95"] = r[f"{kind}_acc"], [r[f"{kind}_ci95_low"], r[f"{kind}_ci95_high"]]
+        out["pairs"] = r[f"{kind}_n"]
+    return out
 
 
-def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[str, float]:
+def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int) -> dict[str, float]:
     from albertlm.finetune import Settings, load_data, resolve_tokenizer, train
     from albertlm.tasks import InferenceSettings, get_task
 
     task_name, folder = DOWNSTREAM[lang]
     task = get_task(s.finetune_task or task_name)
     data = s.finetune_data or str(Path(s.corpus).resolve().parents[1] / "data" / folder)
-    settings = Settings(lr=s.finetune_lr, batch_size=32, max_steps=s.finetune_steps, seed=s.seed, progress=False,
+    settings = Settings(lr=s.finetune_lr, batch_size=32, max_steps=s.finetune_steps, seed=seed, progress=False,
                         inference=InferenceSettings(max_seq_length=s.max_seq_length))  # fmt: skip
     final = train(task, load_data(task, data, limit_train=s.finetune_limit_train), str(model_dir),
                   resolve_tokenizer(str(model_dir), None), out, settings)  # fmt: skip
@@ -151,6 +173,7 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str) -> dict[st
 
 def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.info) -> dict[str, Any]:
     from albertlm.checkpoint import latest_valid
+    from albertlm.files import write_text_atomic
     from albertlm.params import count_parameters
     from albertlm.train import PretrainConfig, pretrain
 
@@ -165,7 +188,8 @@ def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.in
                          valid_data=str(data["heldout-sop"]), preset="albert-tiny", model_overrides=overrides,
                          lr=s.lr, warmup_steps=max(1, s.steps // 10), max_steps=s.steps,
                          global_batch_size=s.global_batch_size, micro_batch_size=s.micro_batch_size, seed=s.seed,
-                         eval_every=s.steps, save_every=max(50, s.steps // 4), log_every=max(1, s.steps // 30),
+                         eval_every=max(1, s.steps // 15), save_every=max(50, min(500, s.steps // 4)),
+                         log_every=max(1, s.steps // 30),
                          eval_batches=s.eval_batches, device="cpu")
     log(f"[{v.name}] pretraining {s.steps} steps, overrides {v.overrides or '{}'}, objective {v.task}")
     # continue from the variant's checkpoint; one stopped before its first checkpoint starts again
@@ -173,44 +197,85 @@ def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.in
     cfg.overwrite = not resume
     pretrain(cfg, resume=resume)
     final = vdir / "pretrain" / "final"
-    sop = intrinsic(final, data["heldout-sop"], s)
-    nsp = intrinsic(final, data["heldout-nsp"], s)
     from albertlm.config import AlbertConfig
 
     result: dict[str, Any] = {
         "variant": v.name, "objective": v.task, "overrides": v.overrides, "paper": v.paper,
         "parameters": count_parameters(AlbertConfig.load(final)),
-        "mlm_acc": sop["valid_mlm_acc"], "sop_acc": sop["valid_sop_acc"], "nsp_acc": nsp["valid_sop_acc"],
-        "sop_majority": sop["valid_sop_majority"], "nsp_majority": nsp["valid_sop_majority"],
+        "pretrain_tokens": s.steps * s.global_batch_size * s.max_seq_length,
+        **intrinsic(final, data, s),
     }
     if s.finetune_steps > 0:
-        log(f"[{v.name}] fine-tuning {s.finetune_steps} steps")
-        result["downstream"] = finetune(final, vdir / "finetune", s, data["lang"])
+        runs = []
+        for k in range(s.finetune_seeds):
+            log(f"[{v.name}] fine-tuning {s.finetune_steps} steps, seed {s.seed + k}")
+            runs.append(finetune(final, vdir / f"finetune-seed{s.seed + k}", s, data["lang"], s.seed + k))
+        result["downstream_seeds"] = {m: [r[m] for r in runs] for m in runs[0]}
+        result["downstream"] = {m: statistics.mean(x) for m, x in result["downstream_seeds"].items()}
+        result["downstream_sd"] = {m: statistics.stdev(x) if len(x) > 1 else 0.0
+                                   for m, x in result["downstream_seeds"].items()}
     result["minutes"] = (time.time() - t0) / 60
-    done.write_text(json.dumps(result, indent=1))
+    write_text_atomic(done, json.dumps(result, indent=1))
     log(f"[{v.name}] " + ", ".join(f"{k} {x:.3f}" for k, x in result.items() if isinstance(x, float)))
     return result
 
 
-def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, Path, Path]:
-    """study.json, study.md (the paper's layout) and study.png in the study directory."""
+def _interval(r: dict[str, Any], kind: str) -> str:
+    lo, hi = r[f"{kind}_ci95"]
+    return f"{r[f'{kind}_acc']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _curves(s: StudySettings, results: list[dict[str, Any]], path: Path) -> None:
+    """Held-out MLM and pair accuracy (the pretraining's own evaluations) against tokens seen, per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    tokens_per_step = s.global_batch_size * s.max_seq_length
+    for r in results:
+        log = Path(s.out) / r["variant"] / "pretrain" / "metrics.jsonl"
+        rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+        rows = [x for x in rows if "valid_mlm_acc" in x]
+        steps = [x["step"] * tokens_per_step / 1e6 for x in rows]
+        axes[0].plot(steps, [x["valid_mlm_acc"] for x in rows], marker=".", label=r["variant"])
+        axes[1].plot(steps, [x["valid_sop_acc"] for x in rows], marker=".", label=r["variant"])
+    axes[0].set_title("held-out MLM accuracy")
+    axes[1].set_title("pair-head accuracy on held-out SOP shards")
+    for ax in axes:
+        ax.set_xlabel("pretraining tokens (M)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, ...]:
+    """study.json, study.md (the paper's layout), study.png and curves.png in the study directory."""
+    from albertlm.files import write_text_atomic
+
     out = Path(s.out)
-    (out / "study.json").write_text(json.dumps({"settings": asdict(s), "results": results}, indent=1))
+    write_text_atomic(out / "study.json", json.dumps({"settings": asdict(s), "results": results}, indent=1))
     score_keys = sorted({k for r in results for k in r.get("downstream", {})})
-    head = ["variant", "params", "MLM acc", "SOP acc", "NSP acc"] + score_keys + (
+    seeds = max((len(v) for r in results for v in r.get("downstream_seeds", {}).values()), default=1)
+    head = ["variant", "params", "MLM acc", "SOP acc [95% CI]", "NSP acc [95% CI]"] + [
+        f"{k} (mean ± sd, {seeds} seeds)" if seeds > 1 else k for k in score_keys] + (
         ["paper"] if any(r.get("paper") for r in results) else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        cells = [r["variant"], f"{r['parameters'] / 1e6:.2f}M", f"{r['mlm_acc']:.3f}", f"{r['sop_acc']:.3f}",
-                 f"{r['nsp_acc']:.3f}"] + [f"{r.get('downstream', {}).get(k, float('nan')):.3f}" for k in score_keys]
+        cells = [r["variant"], f"{r['parameters'] / 1e6:.2f}M", f"{r['mlm_acc']:.3f}", _interval(r, "sop"),
+                 _interval(r, "nsp")]
+        for k in score_keys:
+            mean, sd = r.get("downstream", {}).get(k, float("nan")), r.get("downstream_sd", {}).get(k)
+            cells.append(f"{mean:.3f} ± {sd:.3f}" if sd is not None and seeds > 1 else f"{mean:.3f}")
         if "paper" in head:
             cells.append(r.get("paper", ""))
         lines.append("| " + " | ".join(cells) + " |")
-    maj = results[0]
-    lines.append("")
-    lines.append(f"Majority-label baselines on the held-out pairs: SOP {maj['sop_majority']:.3f}, "
-                 f"NSP {maj['nsp_majority']:.3f}.")
-    (out / "study.md").write_text("\n".join(lines) + "\n")
+    lines += ["", f"Pair accuracies on {results[0]['pairs']} balanced held-out pairs per contrast (each true pair "
+              "with its swapped / random-next counterpart): answering one label scores 0.500."]
+    write_text_atomic(out / "study.md", "\n".join(lines) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,15 +287,18 @@ def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, Path,
     for i, m in enumerate(metrics):
         values = [r.get(m, r.get("downstream", {}).get(m, 0.0)) for r in results]
         ax.bar([j + i * width for j in range(len(results))], values, width, label=m)
+    ax.axhline(0.5, color="grey", lw=0.8, ls="--")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(results))], [r["variant"] for r in results])
     ax.set_ylim(0, 1)
-    ax.set_title(f"{s.study} study ({Path(s.corpus).name}, {s.steps} steps)")
+    tokens = results[0].get("pretrain_tokens", s.steps * s.global_batch_size * s.max_seq_length)
+    ax.set_title(f"{s.study} study ({Path(s.corpus).name}, {tokens / 1e6:.1f}M tokens per variant)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "study.png", dpi=110)
     plt.close(fig)
-    return out / "study.json", out / "study.md", out / "study.png"
+    _curves(s, results, out / "curves.png")
+    return out / "study.json", out / "study.md", out / "study.png", out / "curves.png"
 
 
 def run_study(s: StudySettings, report_only: bool = False, log=_log.info) -> tuple[list[dict[str, Any]], tuple]:

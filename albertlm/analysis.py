@@ -170,3 +170,122 @@ def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 
             "mlm_acc_baseline": base["mlm_acc"], "mlm_acc_at_mask_baseline": base["mlm_acc_at_mask"],
             "pair_acc": acc, "pair_acc_ci95": half,
             "majority_baseline": totals["majority"] / totals["pair_total"]}
+
+
+# ------------------------------------------------------------------------------- balanced pair accuracy
+
+
+@dataclass
+class PairSet:
+    """Held-out sentence pairs of one contrast, balanced: every true pair comes with its one negative.
+
+    ``sop``: ``[CLS] A [SEP] B [SEP]`` of consecutive segments of one document (label 0) and the same two
+    segments swapped (label 1), so topic cannot tell them apart. ``nsp``: the true ``A, B`` (label 0) and
+    ``A`` with a segment of another document (label 1). A model that answers one label scores 0.5.
+    """
+
+    kind: str
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    labels: list[int]
+
+
+def _segments(docs: list[list], max_num_tokens: int, rng) -> list[tuple[int, object, object]]:
+    """(document, A, B) for consecutive chunks of each document, split at a random sentence, A trimmed at
+    its front and B at its back so the junction the pair is about survives truncation."""
+    import numpy as np
+
+    out = []
+    for d, sents in enumerate(docs):
+        c0, length = 0, 0
+        for i, s in enumerate(sents):
+            length += len(s)
+            if length < max_num_tokens and i < len(sents) - 1:
+                continue
+            if i - c0 >= 1:  # at least two sentences in the chunk
+                cut = int(rng.integers(c0 + 1, i + 1))
+                a, b = np.concatenate(sents[c0:cut]), np.concatenate(sents[cut : i + 1])
+                budget_a = max(max_num_tokens // 2, max_num_tokens - len(b))
+                a = a[max(0, len(a) - budget_a) :]
+                b = b[: max_num_tokens - len(a)]
+                if len(a) and len(b):
+                    out.append((d, a, b))
+            c0, length = i + 1, 0
+    return out
+
+
+def build_pair_sets(
+    heldout: str | Path, tokenizer, max_seq_length: int = 128, max_pairs: int = 1000, seed: int = 0
+) -> dict[str, PairSet]:
+    """Balanced SOP and NSP sets from the documents of a held-out corpus file (same true pairs in both)."""
+    import numpy as np
+
+    from albertlm.data.corpus import detect_format, iter_documents
+    from albertlm.data.instances import DocumentEncoder
+
+    path = Path(heldout)
+    docs = [d for d in iter_documents(path, detect_format(path))]
+    encoded = [sents for sents, _ in DocumentEncoder(tokenizer).encode(docs)]
+    rng = np.random.default_rng(seed)
+    max_num_tokens = max_seq_length - 3
+    segs = _segments(encoded, max_num_tokens, rng)
+    if len({d for d, _, _ in segs}) < 2:
+        raise DataError(f"{path}: pair evaluation needs at least two documents with two or more sentences")
+    picked = [segs[i] for i in sorted(rng.permutation(len(segs))[:max_pairs])]
+    sets = {k: PairSet(k, [], [], []) for k in ("sop", "nsp")}
+
+    def add(kind: str, a, b, label: int) -> None:
+        ids, types = tokenizer.pair_ids(a.tolist(), b.tolist(), None)
+        sets[kind].input_ids.append(ids)
+        sets[kind].token_type_ids.append(types)
+        sets[kind].labels.append(label)
+
+    for d, a, b in picked:
+        add("sop", a, b, 0)
+        add("sop", b, a, 1)
+        add("nsp", a, b, 0)
+        while True:  # a segment of another document, as long as B where it can be
+            o = int(rng.integers(len(encoded)))
+            if o != d and encoded[o]:
+                break
+        sents = encoded[o]
+        j = int(rng.integers(len(sents)))
+        r = np.concatenate(sents[j:])[: max(len(b), 1)]
+        add("nsp", a, r[: max_num_tokens - len(a)], 1)
+    return sets
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (sound near 0 and 1, unlike the normal one)."""
+    import math
+
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+@torch.no_grad()
+def pair_accuracy(model, pairs: PairSet, pad_id: int, batch_size: int = 64) -> dict[str, float]:
+    """Accuracy of the model's sentence-pair head on a balanced set, with its 95% interval."""
+    from albertlm.heads import IGNORE
+
+    model.eval()
+    correct = 0
+    for i in range(0, len(pairs.labels), batch_size):
+        rows = pairs.input_ids[i : i + batch_size]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        for r, (x, t) in enumerate(zip(rows, pairs.token_type_ids[i : i + batch_size], strict=True)):
+            ids[r, : len(x)], types[r, : len(t)] = torch.tensor(x), torch.tensor(t)
+        out = model(ids, attention_mask=(ids != pad_id).long(), token_type_ids=types,
+                    labels=torch.full_like(ids, IGNORE))  # no MLM logits: only the pair head is scored
+        labels = torch.tensor(pairs.labels[i : i + batch_size])
+        correct += int((out.sop_logits.argmax(-1) == labels).sum())
+    n = len(pairs.labels)
+    lo, hi = wilson_interval(correct, n)
+    return {f"{pairs.kind}_acc": correct / max(n, 1), f"{pairs.kind}_ci95_low": lo, f"{pairs.kind}_ci95_high": hi,
+            f"{pairs.kind}_n": n}

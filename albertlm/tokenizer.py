@@ -128,9 +128,9 @@ class Tokenizer(ABC):
     def encode_pair(self, a: str, b: str, max_length: int | None = None) -> tuple[list[int], list[int]]:
         """``[CLS] A [SEP] B [SEP]`` with token types 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``."""
         ids_a, ids_b = self.encode_batch([a, b])
-        return self._pair(ids_a, ids_b, max_length)
+        return self.pair_ids(ids_a, ids_b, max_length)
 
-    def _pair(
+    def pair_ids(
         self, ids_a: list[int], ids_b: list[int], max_length: int | None
     ) -> tuple[list[int], list[int]]:
         if max_length is not None:
@@ -161,7 +161,7 @@ class Tokenizer(ABC):
             types = [[0] * len(r) for r in rows]
         else:
             both = [
-                self._pair(a, b, max_length) for a, b in zip(first, self.encode_batch(pairs), strict=True)
+                self.pair_ids(a, b, max_length) for a, b in zip(first, self.encode_batch(pairs), strict=True)
             ]
             rows, types = [r for r, _ in both], [t for _, t in both]
         masks = [[1] * len(r) for r in rows]

@@ -34,21 +34,56 @@ SST2 = DATA / "glue_sst2"
 
 
 def test_objective_study_tiny_budget(corpus, tmp_path):
-    finetune = dict(finetune_steps=2, finetune_data=str(SST2), finetune_limit_train=64)
+    finetune = dict(finetune_steps=2, finetune_data=str(SST2), finetune_limit_train=64, finetune_seeds=2)
     s = StudySettings(study="objective", corpus=str(corpus), out=str(tmp_path), steps=2, global_batch_size=8,
-                      micro_batch_size=4, max_seq_length=48, vocab_size=500, eval_batches=2,
+                      micro_batch_size=4, max_seq_length=48, vocab_size=500, eval_batches=2, eval_pairs=40,
                       **finetune,
                       model=dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16,
                                  num_hidden_layers=2))
-    results, (js, md, png) = run_study(s, log=lambda *_: None)
+    results, (js, md, png, curves) = run_study(s, log=lambda *_: None)
     assert [r["variant"] for r in results] == ["none", "nsp", "sop"]
     for r in results:
         assert 0 <= r["mlm_acc"] <= 1 and 0 <= r["sop_acc"] <= 1 and 0 <= r["nsp_acc"] <= 1
-        assert 0 <= r["downstream"]["sst2 accuracy"] <= 1
+        assert r["sop_ci95"][0] <= r["sop_acc"] <= r["sop_ci95"][1] and r["pairs"] == 80  # 40 pairs, both cases
+        assert len(r["downstream_seeds"]["sst2 accuracy"]) == 2
+        assert r["downstream"]["sst2 accuracy"] == sum(r["downstream_seeds"]["sst2 accuracy"]) / 2
     table = md.read_text()
-    assert "| sop |" in table and "MLM 54.0 / NSP 78.9 / SOP 86.5" in table and png.stat().st_size > 0
+    assert "| sop |" in table and "MLM 54.0 / NSP 78.9 / SOP 86.5" in table
+    assert png.stat().st_size > 0 and curves.stat().st_size > 0
+    assert "sst2 accuracy (mean ± sd, 2 seeds)" in table
     assert json.loads(js.read_text())["settings"]["steps"] == 2
     # rerun: finished variants are skipped, not retrained
     before = (tmp_path / "sop" / "result.json").stat().st_mtime
     run_study(s, log=lambda *_: None)
     assert (tmp_path / "sop" / "result.json").stat().st_mtime == before
+
+
+def test_pair_sets_are_balanced_and_separate_the_contrasts(corpus):
+    import torch
+
+    from albertlm.analysis import build_pair_sets, pair_accuracy, wilson_interval
+    from albertlm.config import AlbertConfig
+    from albertlm.heads import AlbertForPreTraining
+    from albertlm.tokenizer_training import train_sentencepiece
+
+    tok = train_sentencepiece([corpus / "train.txt"], corpus / "tok", vocab_size=500, seed=0)
+    sets = build_pair_sets(corpus / "heldout.txt", tok, max_seq_length=48, max_pairs=50, seed=1)
+    sop, nsp = sets["sop"], sets["nsp"]
+    assert len(sop.labels) == len(nsp.labels) == 100 and sum(sop.labels) == sum(nsp.labels) == 50
+    for k in range(0, 100, 2):
+        true, swapped = sop.input_ids[k], sop.input_ids[k + 1]
+        a_len = true.index(tok.sep_id) - 1
+        a, b = true[1 : a_len + 1], true[a_len + 2 : -1]
+        assert swapped == [tok.cls_id, *b, tok.sep_id, *a, tok.sep_id]  # the same two segments, swapped
+        assert nsp.input_ids[k] == true and nsp.input_ids[k + 1][: a_len + 2] == true[: a_len + 2]
+        assert nsp.input_ids[k + 1] != true and len(true) <= 48
+        assert sop.token_type_ids[k + 1] == [0] * (len(b) + 2) + [1] * (len(a) + 1)
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,
+                                              intermediate_size=64, embedding_size=16, num_hidden_layers=1))
+    with torch.no_grad():  # a pair head that always answers "in order"
+        model.sop_classifier.classifier.weight.zero_()
+        model.sop_classifier.classifier.bias.copy_(torch.tensor([1.0, 0.0]))
+    r = pair_accuracy(model, sop, tok.pad_id, batch_size=16)
+    assert r["sop_acc"] == 0.5 and r["sop_n"] == 100
+    assert (r["sop_ci95_low"], r["sop_ci95_high"]) == pytest.approx(wilson_interval(50, 100))
+    assert wilson_interval(50, 100) == pytest.approx((0.4038, 0.5962), abs=1e-4)
