@@ -77,6 +77,8 @@ class StudySettings:
     max_seq_length: int = _opt(128, "tokens per instance (and per held-out pair)")
     vocab_size: int = _opt(8000, "tokenizer vocabulary trained on the corpus")
     seed: int = _opt(0, "the one seed every variant shares")
+    precision: str = _opt("fp32", "arithmetic of every run (fp32 by default, so a study's numbers do not depend on "
+                          "whether the machine has bf16 instructions)", choices=("auto", "fp32", "bf16"))
     eval_batches: int = _opt(20, "held-out MLM accuracy: batches of the held-out SOP shards")
     eval_pairs: int = _opt(1000, "balanced held-out pairs per contrast, each scored with its negative")
     finetune_task: str | None = _opt(None, "downstream task (default: sst2 for English, chnsenticorp for Chinese)")
@@ -164,6 +166,7 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int)
     task = get_task(s.finetune_task or task_name)
     data = s.finetune_data or str(Path(s.corpus).resolve().parents[1] / "data" / folder)
     settings = Settings(lr=s.finetune_lr, batch_size=32, max_steps=s.finetune_steps, seed=seed, progress=False,
+                        precision=s.precision,
                         inference=InferenceSettings(max_seq_length=s.max_seq_length))  # fmt: skip
     final = train(task, load_data(task, data, limit_train=s.finetune_limit_train), str(model_dir),
                   resolve_tokenizer(str(model_dir), None), out, settings)  # fmt: skip
@@ -190,7 +193,7 @@ def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.in
                          global_batch_size=s.global_batch_size, micro_batch_size=s.micro_batch_size, seed=s.seed,
                          eval_every=max(1, s.steps // 15), save_every=max(50, min(500, s.steps // 4)),
                          log_every=max(1, s.steps // 30),
-                         eval_batches=s.eval_batches, device="cpu")
+                         eval_batches=s.eval_batches, device="cpu", precision=s.precision)
     log(f"[{v.name}] pretraining {s.steps} steps, overrides {v.overrides or '{}'}, objective {v.task}")
     # continue from the variant's checkpoint; one stopped before its first checkpoint starts again
     resume = latest_valid(vdir / "pretrain" / "checkpoints") is not None

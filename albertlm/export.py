@@ -304,5 +304,5 @@ def max_abs_diff(model: nn.Module, session: OnnxSession, inputs: dict[str, torch
     """Largest |torch - onnx| over every float output, both run through the inference engines' one call.
     (Top-k indices are left out: among tied candidates either order is right; their scores are compared.)"""
     batch = {k: v.numpy() for k, v in inputs.items()}
-    ref, got = TorchEngine(model)(batch), session(batch)
+    ref, got = TorchEngine(model, precision="fp32")(batch), session(batch)
     return max(float(np.abs(ref[k].astype(np.float64) - v).max()) for k, v in got.items() if v.dtype.kind == "f")

@@ -44,6 +44,8 @@ from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
 from albertlm.inference import TASK_KEY, Predictor
 from albertlm.optim import build_optimizer, build_scheduler
+from albertlm.precision import autocast as precision_autocast
+from albertlm.precision import resolve as resolve_precision
 from albertlm.tasks import features as F
 from albertlm.tasks import metrics
 from albertlm.tasks.examples import RowPolicy
@@ -67,6 +69,9 @@ class Settings:
     seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout"})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32), fp32 or bf16; weights stay fp32",
+        "choices": ("auto", "fp32", "bf16")})
     config_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE
     inference: InferenceSettings = field(default_factory=InferenceSettings)  # evaluation and the saved settings
 
@@ -280,7 +285,8 @@ def train(
         _log.info("settings for your data: %s", _describe(s, chosen, {k for k, v in given.items() if v is not None}))
     kind = kind_of(task)
     feats = kind.encode(task, data.train, tok, model.config.label2id, s.inference, training=True).features
-    evaluator = Predictor.from_model(model, tok, task, s.inference)
+    precision = resolve_precision(s.precision, "cpu")
+    evaluator = Predictor.from_model(model, tok, task, s.inference, precision=precision)
     per_epoch = math.ceil(len(feats) / s.batch_size)
     total = s.max_steps if s.max_steps else max(1, math.ceil(s.epochs * per_epoch))
     warmup = int(s.warmup * total) if s.warmup < 1 else int(min(s.warmup, total))
@@ -299,7 +305,8 @@ def train(
         for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
             model.train()
             batch = F.collate([feats[i] for i in idx], tok.pad_id)
-            loss = model(**batch).loss
+            with precision_autocast(precision, "cpu"):
+                loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -341,6 +348,7 @@ def train(
         "warmup_steps": warmup,
         "max_seq_length": s.inference.max_seq_length,
         "seed": s.seed,
+        "precision": precision,
         "train_seconds": train_s,
         "final_train_loss": float(np.mean(losses[-50:])),
         "newly_initialized_keys": getattr(model, "newly_initialized_keys", []),

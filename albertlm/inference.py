@@ -27,6 +27,8 @@ from torch import nn
 from albertlm.config import AlbertConfig
 from albertlm.errors import DataError, MissingDependency, UserError
 from albertlm.heads import HEADS, Head
+from albertlm.precision import autocast as precision_autocast
+from albertlm.precision import resolve as resolve_precision
 from albertlm.tasks import features as F
 from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
 from albertlm.tasks.registry import Task, get_task, task_from_info
@@ -69,37 +71,44 @@ def load_torch_model(model_dir: str | Path) -> nn.Module:
 
 # --------------------------------------------------------------------------- engines
 class TorchEngine:
-    """A PyTorch model (in memory, or loaded from a directory) behind the engine call."""
+    """A PyTorch model (in memory, or loaded from a directory) behind the engine call.
+
+    ``precision="auto"`` runs the forward under bf16 autocast where the CPU has bf16 instructions (see
+    ``albertlm.precision``); ``fp32`` is the reference arithmetic.
+    """
 
     name = "torch"
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, precision: str = "auto"):
         self.model = model
         self.config = model.config
         self.head: Head = HEADS[type(model).__name__]
         self.architecture = self.head.architecture
+        self.device = next(model.parameters()).device
+        self.precision = resolve_precision(precision, self.device)
 
     @classmethod
-    def load(cls, directory: str | Path, threads: int | None = None) -> TorchEngine:
+    def load(cls, directory: str | Path, threads: int | None = None, precision: str = "auto") -> TorchEngine:
         if threads:
             torch.set_num_threads(threads)
         if (Path(directory) / MANIFEST_FILE).is_file():
             raise UserError(f"{directory} is an `albertlm export` folder (it has {MANIFEST_FILE}); use --engine onnx")
-        return cls(load_torch_model(directory))
+        return cls(load_torch_model(directory), precision)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         was_training = self.model.training
         self.model.eval()
-        inputs = {k: torch.as_tensor(v, dtype=torch.long) for k, v in batch.items() if k in self.head.inputs}
+        inputs = {k: torch.as_tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()
+                  if k in self.head.inputs}  # fmt: skip
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), precision_autocast(self.precision, self.device):
                 out = self.model(**inputs)
         finally:
             self.model.train(was_training)
         result = {}
         for name in self.head.outputs:
             v = getattr(out, name)
-            result[name] = v.float().numpy() if v.is_floating_point() else v.numpy()
+            result[name] = v.float().cpu().numpy() if v.is_floating_point() else v.cpu().numpy()
         return result
 
 
@@ -189,12 +198,13 @@ def _verify_export(directory: Path, manifest: dict) -> None:
 
 
 def load_engine(directory: str | Path, engine: str = "torch", threads: int | None = None,
-                quantized: bool | None = None) -> TorchEngine | OnnxEngine:  # fmt: skip
-    """``engine="torch"`` reads an HF-layout model dir; ``engine="onnx"`` an exported dir."""
+                quantized: bool | None = None, precision: str = "auto") -> TorchEngine | OnnxEngine:  # fmt: skip
+    """``engine="torch"`` reads an HF-layout model dir (``precision`` applies); ``engine="onnx"`` an exported
+    dir (the graph fixes the arithmetic: fp32, or int8 with ``quantized``)."""
     if engine == "onnx":
         return OnnxEngine(directory, threads, quantized)
     if engine == "torch":
-        return TorchEngine.load(directory, threads)
+        return TorchEngine.load(directory, threads, precision)
     raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
 
 
@@ -229,10 +239,10 @@ class Predictor:
     @classmethod
     def load(cls, directory: str | Path, engine: str = "torch", threads: int | None = None,
              quantized: bool | None = None, tokenizer: str | Path | None = None, task: str | None = None,
-             overrides: dict[str, Any] | None = None) -> Predictor:  # fmt: skip
+             overrides: dict[str, Any] | None = None, precision: str = "auto") -> Predictor:  # fmt: skip
         """A model directory (torch) or an exported one (onnx). ``InferenceSettings`` saved at fine-tuning
         time (``max_seq_length``, the QA windows) apply unless ``overrides`` sets them."""
-        runner = load_engine(directory, engine, threads, quantized)
+        runner = load_engine(directory, engine, threads, quantized, precision)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
         task_obj = None
@@ -254,9 +264,9 @@ class Predictor:
 
     @classmethod
     def from_model(cls, model: nn.Module, tokenizer: Tokenizer, task: Task,
-                   settings: InferenceSettings | None = None) -> Predictor:  # fmt: skip
+                   settings: InferenceSettings | None = None, precision: str = "auto") -> Predictor:  # fmt: skip
         """An in-memory PyTorch model (fine-tuning's evaluation)."""
-        return cls(TorchEngine(model), tokenizer, kind_of(task), task, settings)
+        return cls(TorchEngine(model, precision), tokenizer, kind_of(task), task, settings)
 
     # ------------------------------------------------------------------ the one path
     @property

@@ -33,6 +33,9 @@ from albertlm.errors import TrainingError
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
+from albertlm.precision import PRECISIONS
+from albertlm.precision import autocast as precision_autocast
+from albertlm.precision import resolve as resolve_precision
 
 _log = logging.getLogger(__name__)
 
@@ -65,8 +68,9 @@ class PretrainConfig:
     global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches")
     micro_batch_size: int = _opt(32, "instances per forward on one process")
     clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7)")
-    precision: str = _opt("fp32", "fp32, bf16 (autocast) or fp16 (autocast + grad scaler)",
-                          choices=("fp32", "bf16", "fp16"))
+    precision: str = _opt("auto", "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX or the GPU has bf16, "
+                          "else fp32), fp32, bf16 (autocast) or fp16 (autocast + grad scaler); weights stay fp32",
+                          choices=PRECISIONS)
     compile: bool | None = _opt(None, "torch.compile the model (default: on for CUDA, off on CPU)")
     activation_checkpointing: bool = _opt(False, "recompute blocks in backward")
     fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
@@ -94,8 +98,8 @@ class PretrainConfig:
 
     def validate(self, world: int) -> int:
         """Checks the batch arithmetic; returns the accumulation steps per rank."""
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise TrainingError(f"--precision must be fp32, bf16 or fp16, not {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise TrainingError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         per_step = self.micro_batch_size * world
         if self.global_batch_size % per_step:
             raise TrainingError(
@@ -285,6 +289,7 @@ class Run:
         self.cfg = cfg
         self.info = info = init_distributed(cfg.device)
         cfg.device = info.device.type
+        cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
@@ -331,10 +336,7 @@ class Run:
 
     # -------------------------------------------------------------- state
     def autocast(self):
-        if self.cfg.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
-        return torch.autocast(self.info.device.type, dtype=dtype)
+        return precision_autocast(self.cfg.precision, self.info.device)
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint's state into this run; False when there is none."""

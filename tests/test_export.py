@@ -178,7 +178,8 @@ def test_int8_keeps_predictions(artifacts, tmp_path):
 def test_predictor_same_answers_on_both_engines(artifacts, tmp_path):
     texts, _ = sst2("dev.tsv", 7)
     three = {"eval_batch_size": 3}
-    torch_p = Predictor.load(artifacts["AlbertForSequenceClassification"], engine="torch", overrides=three)
+    torch_p = Predictor.load(artifacts["AlbertForSequenceClassification"], engine="torch", overrides=three,
+                             precision="fp32")
     onnx_p = Predictor.load(artifacts["sst2-onnx"], engine="onnx", threads=1, quantized=False, overrides=three)
     a, b = torch_p.classify(texts), onnx_p.classify(texts)
     assert [r["label"] for r in a] == [r["label"] for r in b]

@@ -126,6 +126,8 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
     p.add_argument("--fp32", action="store_true", help="onnx: use model.onnx even when model.int8.onnx exists")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
+                   help="torch: auto = bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32 (default: auto)")
 
 
 def load_predictor(args: argparse.Namespace):  # noqa: ANN201
@@ -139,7 +141,7 @@ def load_predictor(args: argparse.Namespace):  # noqa: ANN201
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     return Predictor.load(args.model, engine=args.engine, threads=args.threads, quantized=False if args.fp32 else None,
                           tokenizer=args.tokenizer, task=getattr(args, "task", None),
-                          overrides=values(args, InferenceSettings))  # fmt: skip
+                          overrides=values(args, InferenceSettings), precision=args.precision)  # fmt: skip
 
 
 def _settings(args: argparse.Namespace):
