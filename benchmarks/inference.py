@@ -1,16 +1,29 @@
-"""CPU inference, side by side: transformers (SDPA) vs albertlm (torch) vs ONNX fp32 vs ONNX int8.
+"""CPU inference against what a user would pick instead: HF -> torch.onnx.export -> onnxruntime's transformer
+optimizer -> quantize_dynamic (the "peer"), side by side in one process.
 
-Speed: an albert-base-shaped sequence classifier (random weights; the same weights in every engine:
-ours is saved with save_pretrained and HF loads that directory), batch 1 and batch 32 at seq 128, fixed
-threads, engines timed in alternation so machine noise hits all alike. Prints latency p50/p95,
-throughput (sequences/s) and the speed-up over HF (HF p50 / engine p50, > 1 = faster than HF).
+Speed (``--part speed``): an albert-base-shaped sequence classifier (random weights, saved once with
+save_pretrained; every engine reads that directory), batch 1 and batch 32 at seq 128, fixed threads.
+Engines, timed in alternation (one call of each per round, medians over rounds):
+  ours-onnx-fp32 / ours-onnx-int8   ``albertlm export`` (fused graph; int8 dynamic quantization)
+  peer-onnx-fp32 / peer-onnx-int8   HF model through torch.onnx.export, ``optimize_model(model_type="bert")``
+                                    and ``quantize_dynamic`` (int8 weights, DefaultTensorType FLOAT)
+  ours-torch-fp32 / ours-torch-bf16 albertlm in PyTorch (bf16 = autocast, the default on bf16 CPUs)
+  hf-torch                          transformers (SDPA), for reference
+Both ONNX engines run through the same onnxruntime session settings. Ratios are ours / peer at equal
+precision (and ours-fp32 / the faster peer fp32). A GEMM row gives onnxruntime's and torch's own matmul
+rates on 4096x768 @ 768x3072 (fp32, int8, bf16) and what fraction of them each engine reaches.
 
-Accuracy: a small ALBERT fine-tuned briefly on a slice of SST-2 (trained here on first use and kept
-under runs/deploy/), exported fp32 and int8, scored on the full SST-2 dev set (872 sentences).
+Accuracy (``--part accuracy``): a small ALBERT fine-tuned briefly on SST-2 (trained on first use, kept under
+runs/deploy/), run through every engine above on the full SST-2 dev set (872 sentences).
 
-    nice -n 5 python benchmarks/inference.py                       # both parts
-    nice -n 5 python benchmarks/inference.py --part speed --threads 2 --reps 20 --reps-large 5
-    nice -n 5 python benchmarks/inference.py --part accuracy --json runs/deploy/accuracy.json
+Real traffic (``--part traffic``): the same fine-tuned model on the 872 SST-2 dev sentences in file order,
+text in -> labels out: ours through ``Predictor`` (length-bucketed batches, no padding past each bucket)
+against the peer fed batches of 32 from its HF tokenizer with ``padding=True`` (pads to the longest in
+each batch), tokenization included for both.
+
+    nice -n 5 python benchmarks/inference.py --json docs/results/deploy/inference_cpu.json
+    python benchmarks/inference.py --part speed --threads 2 --rounds 20 --rounds-large 5
+    python benchmarks/inference.py --part traffic --threads 2
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import random
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +45,9 @@ import torch
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.export import export_onnx
-from albertlm.inference import OnnxEngine, Predictor
+from albertlm.export import export_onnx, quantize_int8
+from albertlm.inference import OnnxEngine, OnnxSession, Predictor, TorchEngine
+from albertlm.model import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -46,12 +61,107 @@ def read_sst2(name: str) -> tuple[list[str], list[int]]:
     return [r["sentence"].strip() for r in rows], [int(r["label"]) for r in rows]
 
 
+def machine() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# --------------------------------------------------------------------------- engines
+def build_peer(model_dir: Path, work: Path, threads: int) -> dict[str, OnnxSession]:
+    """What a user does without us: export transformers' model with torch.onnx.export, run onnxruntime's
+    transformer optimizer for BERT-like models, then dynamic int8 on the optimized graph."""
+    import transformers
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    work.mkdir(parents=True, exist_ok=True)
+    hf = transformers.AlbertForSequenceClassification.from_pretrained(model_dir).eval()
+    ids = torch.randint(5, hf.config.vocab_size, (2, 16))
+    raw, opt, int8 = work / "peer.onnx", work / "peer-opt.onnx", work / "peer-opt-int8.onnx"
+    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(hf, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(raw), dynamo=False,
+                          input_names=list(axes), output_names=["logits"], opset_version=17,
+                          dynamic_axes={**axes, "logits": {0: "batch"}}, do_constant_folding=True)  # fmt: skip
+    optimized = optimize_model(str(raw), model_type="bert", num_heads=hf.config.num_attention_heads,
+                               hidden_size=hf.config.hidden_size)  # fmt: skip
+    optimized.save_model_to_file(str(opt))
+    quantize_int8(opt, int8)  # quantize_dynamic, int8 weights, DefaultTensorType FLOAT: the issue's recipe
+    return {"peer-onnx-fp32": OnnxSession(opt, threads), "peer-onnx-int8": OnnxSession(int8, threads)}
+
+
+def build_ours(model_dir: Path, work: Path, threads: int) -> dict:
+    export_onnx(model_dir, work / "ours", quantize="int8")
+    return {"ours-onnx-fp32": OnnxEngine(work / "ours", threads, quantized=False),
+            "ours-onnx-int8": OnnxEngine(work / "ours", threads, quantized=True),
+            "ours-torch-fp32": TorchEngine.load(model_dir, threads, precision="fp32"),
+            "ours-torch-bf16": TorchEngine.load(model_dir, threads, precision="bf16")}  # fmt: skip
+
+
+def file_mb(path: Path) -> float:
+    return path.stat().st_size / 1e6
+
+
+# --------------------------------------------------------------------------- GEMM rates
+def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
+    """TFLOP/s (TOPS for int8) of onnxruntime's fp32 and int8 MatMul and torch's fp32 and bf16 matmul on
+    4096x768 @ 768x3072, the FFN-in product of albert-base at 32 x 128 tokens: the ceiling of each engine."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, k, n = 4096, 768, 3072
+    flops = 2 * m * k * n
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                                  [numpy_helper.from_array(w, "w")])  # fmt: skip
+        fp32 = Path(tmp) / "gemm.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
+        int8 = quantize_int8(fp32, Path(tmp) / "gemm-int8.onnx")
+        for name, path in (("ort-fp32", fp32), ("ort-int8", int8)):
+            session = OnnxSession(path, threads)
+            feed = {"x": x}
+            session.session.run(None, feed)
+            ts = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                session.session.run(None, feed)
+                ts.append(time.perf_counter() - t)
+            out[name] = flops / statistics.median(ts) / 1e12
+    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    for name, dtype in (("torch-fp32", torch.float32), ("torch-bf16", torch.bfloat16)):
+        a, b = xt.to(dtype), wt.to(dtype)
+        a @ b
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            a @ b
+            ts.append(time.perf_counter() - t)
+        out[name] = flops / statistics.median(ts) / 1e12
+    return out
+
+
+GEMM_OF = {"ours-onnx-fp32": "ort-fp32", "peer-onnx-fp32": "ort-fp32", "ours-onnx-int8": "ort-int8",
+           "peer-onnx-int8": "ort-int8", "ours-torch-fp32": "torch-fp32", "ours-torch-bf16": "torch-bf16",
+           "hf-torch": "torch-fp32"}  # fmt: skip
+
+
 # --------------------------------------------------------------------------- speed
 def percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
 
-def speed(args: argparse.Namespace) -> list[dict]:
+def speed(args: argparse.Namespace) -> dict:
     import transformers
 
     torch.set_num_threads(args.threads)
@@ -59,84 +169,63 @@ def speed(args: argparse.Namespace) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="albertlm-bench-"))
     config = AlbertConfig.from_preset(args.preset, id2label=LABELS)
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
-    ours = albertlm.AlbertForSequenceClassification.from_pretrained(work / "model").eval()
+    engines = build_ours(work / "model", work, args.threads)
+    engines.update(build_peer(work / "model", work / "peer", args.threads))
     hf = transformers.AlbertForSequenceClassification.from_pretrained(work / "model", attn_implementation="sdpa")
     hf.eval()
-    onnx = {}
-    for graph in ("ort", "standard") if args.standard_graph else ("ort",):
-        manifest = export_onnx(work / "model", work / graph, quantize="int8", graph=graph)
-        suffix = "" if graph == "ort" else "-standard"
-        for q in ("fp32", "int8"):
-            onnx[f"onnx-{q}{suffix}"] = OnnxEngine(work / graph, threads=args.threads, quantized=q == "int8")
-        sizes = manifest["sizes_bytes"]
-        print(f"ONNX ({graph} graph) sizes: fp32 {sizes['fp32'] / 1e6:.1f} MB, int8 {sizes['int8'] / 1e6:.1f} MB "
-              f"({sizes['int8'] / sizes['fp32']:.2f}x); fused {manifest['fused_ops']}; "
-              f"int8 graph: {manifest['int8_report']}")  # fmt: skip
-
+    sizes = {f"{k}_mb": file_mb(engines[k].path) for k in engines if "onnx" in k}
+    print("graph sizes: " + ", ".join(f"{k} {v:.1f}" for k, v in sizes.items()), flush=True)
+    gemm = gemm_rates(args.threads)
+    print("GEMM rates (4096x768 @ 768x3072, TFLOP/s; int8 TOPS): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in gemm.items()), flush=True)  # fmt: skip
+    per_seq = flops_per_token(config, args.seq_len, scored_positions=0, training=False) * args.seq_len
     rows = []
-    for batch, reps in ((1, args.reps), (32, args.reps_large)):
+    for batch, rounds in ((1, args.rounds), (32, args.rounds_large)):
         g = torch.Generator().manual_seed(batch)
         ids = torch.randint(5, config.vocab_size, (batch, args.seq_len), generator=g)
-        mask, types = torch.ones_like(ids), torch.zeros_like(ids)
-        engines = make_engines(hf, ours, onnx, (ids, mask, types))
-        times: dict[str, list[float]] = {k: [] for k in engines}
+        feed = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy()),
+                "token_type_ids": np.zeros_like(ids.numpy())}  # fmt: skip
+        runs = {name: (lambda e=e, feed=feed: e(feed)["logits"]) for name, e in engines.items()}
+        runs["hf-torch"] = lambda ids=ids: hf(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                              token_type_ids=torch.zeros_like(ids)).logits  # fmt: skip
+        times: dict[str, list[float]] = {k: [] for k in runs}
         with torch.inference_mode():
-            for fn in engines.values():  # warm-up: allocator, oneDNN / ORT kernel selection
+            for fn in runs.values():  # warm-up: allocator, oneDNN / ORT kernel selection
                 fn()
-            for _ in range(reps):
-                for name, fn in engines.items():
+                fn()
+            for _ in range(rounds):
+                for name, fn in runs.items():
                     start = time.perf_counter()
                     fn()
                     times[name].append(time.perf_counter() - start)
-        hf_p50 = statistics.median(times["hf-sdpa"])
+        p50 = {k: statistics.median(v) for k, v in times.items()}
         for name, ts in times.items():
-            p50 = statistics.median(ts)
-            rows.append({"engine": name, "batch": batch, "seq": args.seq_len, "reps": reps,
-                         "p50_ms": 1e3 * p50, "p95_ms": 1e3 * percentile(ts, 95),
-                         "seq_per_s": batch / p50, "speedup_vs_hf": hf_p50 / p50})  # fmt: skip
+            rate = per_seq * batch / p50[name] / 1e12
+            rows.append({"engine": name, "batch": batch, "seq": args.seq_len, "rounds": rounds,
+                         "p50_ms": 1e3 * p50[name], "p95_ms": 1e3 * percentile(ts, 95), "seq_per_s": batch / p50[name],
+                         "tflops": rate, "of_gemm_rate": rate / gemm[GEMM_OF[name]]})  # fmt: skip
         print_table([r for r in rows if r["batch"] == batch])
-    return rows
-
-
-def make_engines(hf, ours, onnx: dict, inputs: tuple[torch.Tensor, ...]) -> dict:
-    """name -> a no-argument forward on fixed inputs (torch tensors for torch, numpy for onnxruntime)."""
-    ids, mask, types = inputs
-    np_in = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
-    engines = {
-        "hf-sdpa": lambda: hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
-        "albertlm-torch": lambda: ours(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
-    }
-    for name, session in onnx.items():
-        engines[name] = lambda session=session: session(np_in)["logits"]
-    engines["fp32-gemm-floor"] = gemm_floor(hf.config, ids.shape[0], ids.shape[1])
-    return engines
-
-
-def gemm_floor(config, batch: int, seq: int):
-    """The encoder's dense fp32 matmuls alone (q/k/v, output, FFN in and out, per computed layer).
-
-    No fp32 engine can run the model faster than its weight matmuls, so HF p50 / this p50 is the most
-    any fp32 engine could gain over HF with the same GEMM library; it is printed beside the engines.
-    """
-    H, inter, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    g = torch.Generator().manual_seed(0)
-    x, a = torch.randn(batch * seq, H, generator=g), torch.randn(batch * seq, inter, generator=g)
-    weights = [torch.randn(o, i, generator=g) * 0.02 for o, i in ((3 * H, H), (H, H), (inter, H), (H, inter))]
-
-    def run() -> None:
-        for _ in range(L):
-            for w in weights:
-                torch.nn.functional.linear(a if w.shape[1] == inter else x, w)
-
-    return run
+    ratios = {}
+    for batch in (1, 32):
+        p = {r["engine"]: r["p50_ms"] for r in rows if r["batch"] == batch}
+        ratios[f"int8_vs_peer_int8_b{batch}"] = p["peer-onnx-int8"] / p["ours-onnx-int8"]
+        ratios[f"fp32_vs_peer_fp32_b{batch}"] = p["peer-onnx-fp32"] / p["ours-onnx-fp32"]
+        ours_best = min(p[k] for k in p if k.startswith("ours"))
+        peer_best = min(p[k] for k in p if k.startswith("peer"))
+        ratios[f"best_ours_vs_best_peer_b{batch}"] = peer_best / ours_best
+        ratios[f"torch_bf16_vs_fp32_b{batch}"] = p["ours-torch-fp32"] / p["ours-torch-bf16"]
+    print("speed-ups (peer p50 / ours p50, > 1 = ours faster): "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()), flush=True)  # fmt: skip
+    return {"rows": rows, "ratios": ratios, "gemm_tflops": gemm, "sizes_mb": sizes,
+            "mflop_per_token": per_seq / args.seq_len / 1e6}
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| engine | batch x seq | p50 ms | p95 ms | seq/s | vs HF |")
-    print("|---|---|---|---|---|---|")
+    print("| engine | batch x seq | p50 ms | p95 ms | seq/s | TFLOP/s | of its GEMM rate |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['engine']} | {r['batch']} x {r['seq']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
-              f"{r['seq_per_s']:.1f} | {r['speedup_vs_hf']:.2f}x |", flush=True)  # fmt: skip
+              f"{r['seq_per_s']:.1f} | {r['tflops']:.3f} | {r['of_gemm_rate']:.0%} |", flush=True)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- accuracy
@@ -178,51 +267,135 @@ def train_sst2(out: Path, args: argparse.Namespace) -> Path:
     return out / "model"
 
 
-def accuracy(args: argparse.Namespace) -> dict:
-    torch.set_num_threads(args.threads)
+def trained_model(args: argparse.Namespace) -> Path:
     model_dir = Path(args.sst2_model)
-    if not (model_dir / "config.json").is_file():
-        model_dir = train_sst2(model_dir.parent, args)
-    manifest = export_onnx(model_dir, model_dir.parent / "onnx", quantize="int8")
+    return model_dir if (model_dir / "config.json").is_file() else train_sst2(model_dir.parent, args)
+
+
+def logits_of(engine, ids: list[list[int]], pad_id: int, batch: int = 32) -> np.ndarray:
+    """One engine's logits over pre-tokenized rows (batches padded to their longest row)."""
+    out = []
+    for i in range(0, len(ids), batch):
+        rows = ids[i : i + batch]
+        width = max(map(len, rows))
+        x = np.full((len(rows), width), pad_id, dtype=np.int64)
+        for r, row in enumerate(rows):
+            x[r, : len(row)] = row
+        feed = {"input_ids": x, "attention_mask": (x != pad_id).astype(np.int64), "token_type_ids": np.zeros_like(x)}
+        out.append(engine(feed)["logits"])
+    return np.concatenate(out)
+
+
+def accuracy(args: argparse.Namespace) -> dict:
+    """SST-2 dev accuracy of every engine on the same token ids (the graph is all that differs)."""
+    from albertlm.tokenizer import load_tokenizer
+
+    torch.set_num_threads(args.threads)
+    model_dir = trained_model(args)
+    work = model_dir.parent / "bench"
+    engines = {**build_ours(model_dir, work, args.threads), **build_peer(model_dir, work / "peer", args.threads)}
     texts, labels = read_sst2("dev.tsv")
-    result: dict = {"model": str(model_dir), "dev_examples": len(texts), "sizes_bytes": manifest["sizes_bytes"]}
-    for name, kw in (("torch", {"engine": "torch"}), ("onnx-fp32", {"engine": "onnx", "quantized": False}),
-                     ("onnx-int8", {"engine": "onnx", "quantized": True})):  # fmt: skip
-        directory = model_dir if name == "torch" else model_dir.parent / "onnx"
-        preds = Predictor.load(directory, threads=args.threads, overrides={"max_seq_length": 128}, **kw).classify(texts)
-        result[name] = float(np.mean([LABELS[y] == p["label"] for y, p in zip(labels, preds, strict=True)]))
-    result["int8_drop_points"] = 100 * (result["onnx-fp32"] - result["onnx-int8"])
-    print(json.dumps(result, indent=2))
+    tok = load_tokenizer(model_dir)
+    ids = [row[:128] for row in tok.encode_batch(texts)]
+    result: dict = {"model": str(model_dir), "dev_examples": len(texts)}
+    for name, engine in engines.items():
+        pred = logits_of(engine, ids, tok.pad_id).argmax(-1)
+        result[name] = float(np.mean(pred == np.asarray(labels)))
+    result["ours_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["ours-onnx-int8"])
+    result["peer_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["peer-onnx-int8"])
+    print(json.dumps(result, indent=2), flush=True)
     return result
+
+
+def traffic(args: argparse.Namespace) -> dict:
+    """Text in, labels out on the 872 SST-2 dev sentences in file order, tokenization included: our
+    Predictor (length buckets) against the peer's HF tokenizer + padding=True batches of 32."""
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    model_dir = trained_model(args)
+    work = model_dir.parent / "bench"
+    if not (work / "ours" / "deploy.json").is_file():
+        export_onnx(model_dir, work / "ours", quantize="int8")
+    peer = build_peer(model_dir, work / "peer", args.threads)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    texts, labels = read_sst2("dev.tsv")
+
+    def peer_run(session: OnnxSession):
+        def run() -> list[int]:
+            preds = []
+            for i in range(0, len(texts), 32):
+                enc = hf_tok(texts[i : i + 32], padding=True, truncation=True, max_length=128, return_tensors="np",
+                             return_token_type_ids=True)
+                feed = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+                preds += session(feed)["logits"].argmax(-1).tolist()
+            return preds
+        return run
+
+    def ours_run(predictor: Predictor):
+        return lambda: [int(p["label"] == "positive") for p in predictor.classify(texts)]
+
+    settings = {"max_seq_length": 128, "eval_batch_size": 32}
+    runs = {
+        "ours-onnx-int8": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, quantized=True,
+                                                  overrides=settings)),
+        "peer-onnx-int8": peer_run(peer["peer-onnx-int8"]),
+        "ours-onnx-fp32": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, quantized=False,
+                                                  overrides=settings)),
+        "peer-onnx-fp32": peer_run(peer["peer-onnx-fp32"]),
+        "ours-torch-bf16": ours_run(Predictor.load(model_dir, threads=args.threads, precision="bf16",
+                                                   overrides=settings)),
+    }  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    acc: dict[str, float] = {}
+    for name, fn in runs.items():  # warm-up, and the accuracy of what each path answers
+        acc[name] = float(np.mean(np.asarray(fn()) == np.asarray(labels)))
+    for _ in range(args.traffic_rounds):
+        for name, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    rows = {k: {"seconds_p50": statistics.median(v), "sentences_per_s": len(texts) / statistics.median(v),
+                "accuracy": acc[k]} for k, v in times.items()}  # fmt: skip
+    ratios = {f"{q}_vs_peer_{q}": rows[f"peer-onnx-{q}"]["seconds_p50"] / rows[f"ours-onnx-{q}"]["seconds_p50"]
+              for q in ("int8", "fp32")}  # fmt: skip
+    print("| engine | s per 872 sentences (p50) | sentences/s | SST-2 dev acc |\n|---|---|---|---|")
+    for k, r in rows.items():
+        print(f"| {k} | {r['seconds_p50']:.2f} | {r['sentences_per_s']:.0f} | {r['accuracy']:.4f} |")
+    print("real-traffic speed-ups (peer / ours): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()), flush=True)
+    return {"rows": rows, "ratios": ratios, "rounds": args.traffic_rounds}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["speed", "accuracy", "all"], default="all")
+    ap.add_argument("--part", choices=["speed", "accuracy", "traffic", "all"], default="all")
     ap.add_argument("--preset", default="albert-base-v2", help="speed: model shape")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="torch and onnxruntime intra-op threads")
-    ap.add_argument("--reps", type=int, default=20, help="timed rounds at batch 1")
-    ap.add_argument("--reps-large", type=int, default=5, help="timed rounds at batch 32")
-    ap.add_argument("--standard-graph", action="store_true",
-                    help="speed: also time the plain-ONNX graph (export --graph standard)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=20, help="speed: timed rounds at batch 1")
+    ap.add_argument("--rounds-large", type=int, default=5, help="speed: timed rounds at batch 32")
+    ap.add_argument("--traffic-rounds", type=int, default=3, help="traffic: timed passes over SST-2 dev")
     ap.add_argument("--sst2-model", default=str(ROOT / "runs" / "deploy" / "sst2" / "model"),
-                    help="accuracy: fine-tuned classifier dir (trained here if missing)")  # fmt: skip
+                    help="accuracy / traffic: fine-tuned classifier dir (trained here if missing)")  # fmt: skip
     ap.add_argument("--train-preset", default="albert-small", help="accuracy: shape of the model trained")
     ap.add_argument("--train-layers", type=int, default=6)
     ap.add_argument("--train-steps", type=int, default=500)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    out: dict = {"machine": platform.processor() or platform.machine(), "threads": args.threads,
-                 "torch": torch.__version__}  # fmt: skip
+    out: dict = {"machine": machine(), "threads": args.threads, "torch": torch.__version__,
+                 "onnxruntime": __import__("onnxruntime").__version__}  # fmt: skip
+    print(f"machine: {out['machine']}, {args.threads} threads, torch {out['torch']}, onnxruntime {out['onnxruntime']}")
     if args.part in ("accuracy", "all"):
         out["accuracy"] = accuracy(args)
+    if args.part in ("traffic", "all"):
+        out["traffic"] = traffic(args)
     if args.part in ("speed", "all"):
         out["speed"] = speed(args)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":
