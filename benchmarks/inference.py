@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from timing import torch_gemm_tflops
 
 import albertlm
 from albertlm import AlbertConfig
@@ -138,16 +139,8 @@ def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
                 session.session.run(None, feed)
                 ts.append(time.perf_counter() - t)
             out[name] = flops / statistics.median(ts) / 1e12
-    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
-    for name, dtype in (("torch-fp32", torch.float32), ("torch-bf16", torch.bfloat16)):
-        a, b = xt.to(dtype), wt.to(dtype)
-        a @ b
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            a @ b
-            ts.append(time.perf_counter() - t)
-        out[name] = flops / statistics.median(ts) / 1e12
+    out["torch-fp32"] = torch_gemm_tflops(torch.float32, m, k, n, reps)
+    out["torch-bf16"] = torch_gemm_tflops(torch.bfloat16, m, k, n, reps)
     return out
 
 

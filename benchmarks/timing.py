@@ -31,3 +31,19 @@ def measure(runs: dict[str, Callable[[], object]], reps: int, warmup: int, devic
         for k, fn in runs.items():
             times[k].append(time_once(fn, device))
     return times
+
+
+def torch_gemm_tflops(dtype: torch.dtype, m: int = 4096, k: int = 768, n: int = 3072, reps: int = 10) -> float:
+    """TFLOP/s of one large torch matmul in ``dtype`` on the CPU (the ceiling a CPU engine in that precision
+    can approach; 4096x768 @ 768x3072 is albert-base's FFN-in product at 32 x 128 tokens). Stated as what it
+    is, a measured rate, not a datasheet peak."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
+    a @ b
+    ts = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - start)
+    ts.sort()
+    return 2 * m * k * n / ts[len(ts) // 2] / 1e12
