@@ -86,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.set_defaults(func=_finetune)
 
     ev = subparsers.add_parser("evaluate", help="evaluate a fine-tuned model on a task's dev (or given) file")
-    ev.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
+    ev.add_argument("--model", required=True,
+                    help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     ev.add_argument("--data", required=True, help="dataset directory or file")
     ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
@@ -101,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.set_defaults(func=_evaluate)
 
     pr = subparsers.add_parser("predict", help="batch inference: JSON lines in (or text lines), JSON lines out")
-    pr.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
+    pr.add_argument("--model", required=True,
+                    help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines; "
                     "a model fine-tuned on your own data also reads a .csv/.tsv/.json file like its training file")
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
@@ -121,10 +123,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     """How a model is run: shared by evaluate, predict and serve."""
+    from albertlm.inference import ENGINES
+
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    p.add_argument("--engine", choices=["torch", "onnx"], default="torch",
-                   help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
-    p.add_argument("--fp32", action="store_true", help="onnx: use model.onnx even when model.int8.onnx exists")
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="torch, or onnx / openvino: --model is then a folder written by `albertlm export` "
+                        "(onnx runs int8 if present; openvino the fp32 graph, in bf16 where the CPU has it, "
+                        "else f32)")  # fmt: skip
+    p.add_argument("--fp32", action="store_true", help="full precision: onnx uses model.onnx even when "
+                   "model.int8.onnx exists; openvino computes in f32 instead of bf16")  # fmt: skip
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
 
 
@@ -139,7 +146,8 @@ def load_predictor(args: argparse.Namespace):  # noqa: ANN201
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     return Predictor.load(args.model, engine=args.engine, threads=args.threads, quantized=False if args.fp32 else None,
                           tokenizer=args.tokenizer, task=getattr(args, "task", None),
-                          overrides=values(args, InferenceSettings))  # fmt: skip
+                          overrides=values(args, InferenceSettings),
+                          inference_precision="f32" if args.fp32 else None)  # fmt: skip
 
 
 def _settings(args: argparse.Namespace):
