@@ -58,7 +58,8 @@ DEFAULT_OPSET = 17
 QUANT_OP_TYPES = ("MatMul", "Gemm", "Gather", "Attention")
 # Graph flavours: "ort" fuses attention, GELU and residual+LayerNorm into onnxruntime's contrib ops
 # (com.microsoft.Attention / FastGelu / SkipLayerNormalization), the fast path on onnxruntime;
-# "standard" keeps plain ONNX ops, for runtimes other than onnxruntime.
+# "standard" keeps plain ONNX ops, for runtimes other than onnxruntime. (OpenVINO converts those contrib ops,
+# so `--engine openvino` runs either graph's fp32 file.)
 GRAPHS = ("ort", "standard")
 
 

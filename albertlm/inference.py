@@ -3,14 +3,16 @@ fine-tuning's evaluation and the benchmarks.
 
     p = Predictor.load("runs/sst2")                                  # PyTorch, an HF-layout model dir
     p = Predictor.load("runs/sst2-onnx", engine="onnx", threads=2)   # an `albertlm export` dir
+    p = Predictor.load("runs/sst2-onnx", engine="openvino")          # the same, through OpenVINO (bf16)
     p.predict([p.parse({"text": "a gripping film"})])   # [{"label": "positive", "score": ..., ...}]
     p.evaluate(examples)                                # (metrics, answers)
 
 An engine maps a batch of int64 arrays (``input_ids``, ``attention_mask``, ``token_type_ids``, and
 ``p_mask`` for the SQuAD 2.0 head) to the head's named outputs as numpy arrays; ``TorchEngine`` runs the
-PyTorch model, ``OnnxEngine`` an exported graph through onnxruntime. Everything else (encoding with QA
-windows and word alignment, length-bucketed batching, decoding, scoring, the rows users see) is the
-same code for both, taken from the model's task kind (``albertlm.tasks.kinds``).
+PyTorch model, ``OnnxEngine`` an exported graph through onnxruntime, ``OpenVinoEngine`` the same export's
+fp32 graph through OpenVINO (bf16 on CPUs with native bf16). Everything else (encoding with QA windows
+and word alignment, length-bucketed batching, decoding, scoring, the rows users see) is the same code
+for every engine, taken from the model's task kind (``albertlm.tasks.kinds``).
 """
 
 from __future__ import annotations
@@ -37,17 +39,21 @@ from albertlm.tokenizer import Tokenizer, load_tokenizer
 DEPLOY_HINT = "pip install 'albertlm[deploy]'"
 TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
 MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
-ENGINES = ("torch", "onnx")
+ENGINES = ("torch", "onnx", "openvino")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
+# What needs an optional module and how to install it; every module not named here is in the deploy extra.
+INSTALL = {"openvino": ("--engine openvino", "pip install openvino")}
 
 
 def require(module: str) -> Any:
-    """Import a deploy-extra dependency, or fail with the install command."""
+    """Import an optional dependency, or fail with the install command."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingDependency(f"{module} is needed for ONNX export and serving: {DEPLOY_HINT}") from None
+        need, hint = INSTALL.get(module, ("ONNX export and serving", DEPLOY_HINT))
+        raise MissingDependency(f"{module} is needed for {need}: {hint}") from None
 
 
 def architecture_of(model_dir: str | Path) -> str:
@@ -92,7 +98,8 @@ class TorchEngine:
         if threads:
             torch.set_num_threads(threads)
         if (Path(directory) / MANIFEST_FILE).is_file():
-            raise UserError(f"{directory} is an `albertlm export` folder (it has {MANIFEST_FILE}); use --engine onnx")
+            raise UserError(f"{directory} is an `albertlm export` folder (it has {MANIFEST_FILE}); use --engine onnx "
+                            "or openvino")  # fmt: skip
         return cls(load_torch_model(directory), precision)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -138,27 +145,30 @@ class OnnxSession:
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        ids = np.asarray(batch["input_ids"], dtype=np.int64)
-        defaults = {"attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-        feeds = {}
-        for name in self.input_names:
-            value = batch.get(name)
-            value = defaults[name] if value is None and name in defaults else value
-            if isinstance(value, torch.Tensor):
-                value = value.detach().cpu().numpy()
-            feeds[name] = np.asarray(value, dtype=np.int64)
+        feeds = graph_feeds(batch, self.input_names)
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
 
 
-class OnnxEngine(OnnxSession):
-    """An exported directory (``albertlm export``): the graph's session plus its config and manifest.
+def graph_feeds(batch: dict[str, Any], input_names: list[str]) -> dict[str, np.ndarray]:
+    """The graph's inputs as int64 arrays (torch tensors too); an absent mask or type ids take the defaults."""
+    ids = np.asarray(batch["input_ids"], dtype=np.int64)
+    defaults = {"attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    feeds = {}
+    for name in input_names:
+        value = batch.get(name)
+        value = defaults[name] if value is None and name in defaults else value
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        feeds[name] = np.asarray(value, dtype=np.int64)
+    return feeds
 
-    ``quantized=None`` picks the int8 graph when the directory has one (that is why it was exported).
-    """
 
-    name = "onnx"
+class _Export:
+    """What an engine over an ``albertlm export`` folder holds besides its runtime: the checked manifest,
+    the head and the config."""
 
-    def __init__(self, directory: str | Path, threads: int | None = None, quantized: bool | None = None):
+    def _open_export(self, directory: str | Path) -> dict[str, str]:
+        """Read and check ``deploy.json`` (every file it lists has its sha256); returns its graph files."""
         directory = Path(directory)
         manifest_path = directory / MANIFEST_FILE
         if not manifest_path.is_file():
@@ -171,16 +181,95 @@ class OnnxEngine(OnnxSession):
             files = self.manifest["files"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
-        if quantized and "int8" not in files:
-            raise FileNotFoundError(f"{directory} has no int8 graph; export with --quantize int8")
         _verify_export(directory, self.manifest)
-        use_int8 = "int8" in files if quantized is None else quantized
-        super().__init__(directory / files["int8" if use_int8 else "fp32"], threads)
         self.directory = directory
-        self.precision = "int8" if use_int8 else "fp32"
         self.architecture = self.manifest["architecture"]
         self.head = HEADS[self.architecture]
         self.config = AlbertConfig.load(directory)
+        return files
+
+
+class OnnxEngine(_Export, OnnxSession):
+    """An exported directory (``albertlm export``): the graph's session plus its config and manifest.
+
+    ``precision="auto"`` picks the int8 graph when the directory has one (that is why it was exported);
+    ``"fp32"`` and ``"int8"`` pick that graph.
+    """
+
+    name = "onnx"
+
+    def __init__(self, directory: str | Path, threads: int | None = None, precision: str = "auto"):
+        files = self._open_export(directory)
+        if precision not in ("auto", "fp32", "int8"):
+            raise UserError(f"--engine onnx runs fp32 or int8 graphs, not {precision!r}")
+        if precision == "int8" and "int8" not in files:
+            raise FileNotFoundError(f"{directory} has no int8 graph; export with --quantize int8")
+        use_int8 = "int8" in files if precision == "auto" else precision == "int8"
+        super().__init__(self.directory / files["int8" if use_int8 else "fp32"], threads)
+        self.precision = "int8" if use_int8 else "fp32"
+
+
+class OpenVinoEngine(_Export):
+    """An exported directory run by OpenVINO on the CPU.
+
+    It runs the fp32 graph of either ``--graph``: OpenVINO's ONNX frontend converts onnxruntime's
+    Attention, FastGelu and SkipLayerNormalization, so the default export needs no other flag (every head
+    matches torch to ~1e-6 in f32 on both graphs; at albert-base shape both run at the same speed). The
+    int8 graph's QAttention it cannot read: int8 stays onnxruntime's. The model is compiled once with
+    dynamic batch and sequence axes; OpenVINO's CPU plugin caches its kernels per input shape itself (a
+    new shape's first call costs one extra run's time), so the Predictor's length buckets need nothing more.
+
+    ``precision`` is ``"bf16"`` or ``"fp32"``, what the matmuls and activations compute in. ``"auto"``
+    is bf16 where the CPU computes it natively (AVX512-BF16 or AMX; OpenVINO's own default there) and
+    fp32 elsewhere (asking for bf16 there is an error). Measured on 2 shared cores of a Xeon
+    with AMX, albert-base shape, seq 128: bf16 2-4x faster than f32, as fast as onnxruntime int8 or
+    faster; f32 runs as onnxruntime fp32. bf16 moves probabilities by ~3e-3 and QA scores by ~1% (the
+    tolerances in tests/test_inference.py). Not thread-safe: one infer request, reused (the server
+    calls its engine under one lock).
+    """
+
+    name = "openvino"
+
+    def __init__(self, directory: str | Path, threads: int | None = None, precision: str = "auto"):
+        ov = require("openvino")
+        files = self._open_export(directory)
+        core = ov.Core()
+        native_bf16 = cpu_has_bf16(core)
+        if precision not in ("auto", "fp32", "bf16"):
+            raise UserError(f"--engine openvino computes in fp32 or bf16, not {precision!r}")
+        if precision == "bf16" and not native_bf16:
+            raise UserError("this CPU does not compute bf16 natively (no AVX512-BF16 or AMX); use --precision fp32")
+        hint = "bf16" if precision == "bf16" or (precision == "auto" and native_bf16) else "f32"
+        # LATENCY: one stream, all threads on one request, as the Predictor sends one batch at a time
+        settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            settings["INFERENCE_NUM_THREADS"] = threads
+        path = self.directory / files["fp32"]
+        try:
+            compiled = core.compile_model(core.read_model(str(path)), "CPU", settings)
+        except RuntimeError as e:  # OpenVINO raises RuntimeError (conversion or compile failures)
+            raise DataError(f"{path}: OpenVINO cannot load this graph ({str(e).strip().splitlines()[-1][:200]}); "
+                            "export it again") from None  # fmt: skip
+        # An output tensor can carry several names (the head's, and the node's that made it): map the head's.
+        ports = {name: port for port in compiled.outputs for name in port.get_names()}
+        missing = [name for name in self.head.outputs if name not in ports]
+        if missing:
+            raise DataError(f"{path} has no output {', '.join(missing)} of {self.architecture}; export it again")
+        self.path, self.compiled = path, compiled
+        taken = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # as OpenVINO took it
+        self.precision = "fp32" if taken == "f32" else taken
+        self.input_names = [port.get_any_name() for port in compiled.inputs]
+        self.output_ports = {name: ports[name] for name in self.head.outputs}
+        self.request = compiled.create_infer_request()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = self.request.infer(graph_feeds(batch, self.input_names))  # outputs are copies (share_outputs=False)
+        return {name: out[port] for name, port in self.output_ports.items()}
+
+
+def cpu_has_bf16(core: Any) -> bool:
+    """Whether OpenVINO's CPU plugin computes bf16 natively here (AVX512-BF16 or AMX), as it reports it."""
+    return "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 def _verify_export(directory: Path, manifest: dict) -> None:
@@ -197,20 +286,36 @@ def _verify_export(directory: Path, manifest: dict) -> None:
                             "interrupted); export again: albertlm export --model DIR --out DIR")
 
 
+Engine = TorchEngine | OnnxEngine | OpenVinoEngine
+
+
 def load_engine(directory: str | Path, engine: str = "torch", threads: int | None = None,
-                quantized: bool | None = None, precision: str = "auto") -> TorchEngine | OnnxEngine:  # fmt: skip
-    """``engine="torch"`` reads an HF-layout model dir (``precision`` applies); ``engine="onnx"`` an exported
-    dir (the graph fixes the arithmetic: fp32, or int8 with ``quantized``)."""
+                precision: str = "auto") -> Engine:  # fmt: skip
+    """``engine="torch"`` reads an HF-layout model dir; ``"onnx"`` and ``"openvino"`` an exported dir.
+
+    ``precision`` is the one knob for every engine: ``auto`` (torch and openvino: bf16 where the CPU
+    computes it natively, else fp32; onnx: the int8 graph when the export has one), ``fp32`` (always
+    possible), ``bf16`` (torch, openvino) or ``int8`` (onnx). A precision an engine lacks is an error.
+    """
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    lacks = {"torch": "int8", "openvino": "int8", "onnx": "bf16"}[engine]
+    if precision == lacks:
+        hint = "int8 is the onnx engine's (onnxruntime's dynamic int8)" if lacks == "int8" else (
+            "onnxruntime has no bf16 CPU kernels for this graph; bf16 runs on --engine openvino or torch")
+        raise UserError(f"--engine {engine} has no {precision}: {hint}")
     if engine == "onnx":
-        return OnnxEngine(directory, threads, quantized)
-    if engine == "torch":
-        return TorchEngine.load(directory, threads, precision)
-    raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        return OnnxEngine(directory, threads, precision)
+    if engine == "openvino":
+        return OpenVinoEngine(directory, threads, precision)
+    return TorchEngine.load(directory, threads, precision)
 
 
 # --------------------------------------------------------------------------- text in, answers out
 class Predictor:
-    """Examples in -> answers out, on either engine, in length-bucketed batches (results keep the input
+    """Examples in -> answers out, on any engine, in length-bucketed batches (results keep the input
     order). The task kind decides the encoding (QA contexts longer than one window are cut with
     doc-stride, tagging is per word), the decoding and the rows.
 
@@ -218,7 +323,7 @@ class Predictor:
     model without one is served by the kind its head implies.
     """
 
-    def __init__(self, engine: TorchEngine | OnnxEngine, tokenizer: Tokenizer, kind: TaskKind,
+    def __init__(self, engine: Engine, tokenizer: Tokenizer, kind: TaskKind,
                  task: Task | None = None, settings: InferenceSettings | None = None,
                  info: dict | None = None):  # fmt: skip
         self.engine, self.tokenizer, self.kind, self.task = engine, tokenizer, kind, task
@@ -238,11 +343,12 @@ class Predictor:
 
     @classmethod
     def load(cls, directory: str | Path, engine: str = "torch", threads: int | None = None,
-             quantized: bool | None = None, tokenizer: str | Path | None = None, task: str | None = None,
+             tokenizer: str | Path | None = None, task: str | None = None,
              overrides: dict[str, Any] | None = None, precision: str = "auto") -> Predictor:  # fmt: skip
-        """A model directory (torch) or an exported one (onnx). ``InferenceSettings`` saved at fine-tuning
-        time (``max_seq_length``, the QA windows) apply unless ``overrides`` sets them."""
-        runner = load_engine(directory, engine, threads, quantized, precision)
+        """A model directory (torch) or an exported one (onnx, openvino); ``precision`` as in ``load_engine``.
+        ``InferenceSettings`` saved at fine-tuning time (``max_seq_length``, the QA windows) apply unless
+        ``overrides`` sets them."""
+        runner = load_engine(directory, engine, threads, precision)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
         task_obj = None
@@ -335,4 +441,5 @@ class Predictor:
                              for i, (q, c) in enumerate(zip(questions, contexts, strict=True))])  # fmt: skip
 
 
-__all__ = ["OnnxEngine", "OnnxSession", "Predictor", "TorchEngine", "load_engine", "load_torch_model", "require"]
+__all__ = ["Engine", "OnnxEngine", "OnnxSession", "OpenVinoEngine", "Predictor", "TorchEngine", "load_engine",
+           "load_torch_model", "require"]  # fmt: skip

@@ -98,8 +98,8 @@ def build_peer(model_dir: Path, work: Path, threads: int) -> dict[str, OnnxSessi
 
 def build_ours(model_dir: Path, work: Path, threads: int) -> dict:
     export_onnx(model_dir, work / "ours", quantize="int8")
-    return {"ours-onnx-fp32": OnnxEngine(work / "ours", threads, quantized=False),
-            "ours-onnx-int8": OnnxEngine(work / "ours", threads, quantized=True),
+    return {"ours-onnx-fp32": OnnxEngine(work / "ours", threads, "fp32"),
+            "ours-onnx-int8": OnnxEngine(work / "ours", threads, "int8"),
             "ours-torch-fp32": TorchEngine.load(model_dir, threads, precision="fp32"),
             "ours-torch-bf16": TorchEngine.load(model_dir, threads, precision="bf16")}  # fmt: skip
 
@@ -330,10 +330,10 @@ def traffic(args: argparse.Namespace) -> dict:
 
     settings = {"max_seq_length": 128, "eval_batch_size": 32}
     runs = {
-        "ours-onnx-int8": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, quantized=True,
+        "ours-onnx-int8": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, precision="int8",
                                                   overrides=settings)),
         "peer-onnx-int8": peer_run(peer["peer-onnx-int8"]),
-        "ours-onnx-fp32": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, quantized=False,
+        "ours-onnx-fp32": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, precision="fp32",
                                                   overrides=settings)),
         "peer-onnx-fp32": peer_run(peer["peer-onnx-fp32"]),
         "ours-torch-bf16": ours_run(Predictor.load(model_dir, threads=args.threads, precision="bf16",

@@ -166,8 +166,8 @@ def test_int8_keeps_predictions(artifacts, tmp_path):
     # Per-token tags: a random encoder's [CLS] barely varies between sentences, its tokens do.
     export_onnx(artifacts["AlbertForTokenClassification"], tmp_path, quantize="int8")
     texts, _ = sst2("dev.tsv", 200)
-    fp32 = Predictor.load(tmp_path, engine="onnx", threads=1, quantized=False).tag(texts)
-    int8 = Predictor.load(tmp_path, engine="onnx", threads=1, quantized=True).tag(texts)
+    fp32 = Predictor.load(tmp_path, engine="onnx", threads=1, precision="fp32").tag(texts)
+    int8 = Predictor.load(tmp_path, engine="onnx", threads=1, precision="int8").tag(texts)
     a = [t for row in fp32 for t in row["tags"]]
     b = [t for row in int8 for t in row["tags"]]
     assert len(a) == len(b) > 1000 and len(set(a)) > 1  # several tags occur: agreement is not trivial
@@ -180,7 +180,7 @@ def test_predictor_same_answers_on_both_engines(artifacts, tmp_path):
     three = {"eval_batch_size": 3}
     torch_p = Predictor.load(artifacts["AlbertForSequenceClassification"], engine="torch", overrides=three,
                              precision="fp32")
-    onnx_p = Predictor.load(artifacts["sst2-onnx"], engine="onnx", threads=1, quantized=False, overrides=three)
+    onnx_p = Predictor.load(artifacts["sst2-onnx"], engine="onnx", threads=1, precision="fp32", overrides=three)
     a, b = torch_p.classify(texts), onnx_p.classify(texts)
     assert [r["label"] for r in a] == [r["label"] for r in b]
     assert all(abs(x["score"] - y["score"]) < 1e-4 for x, y in zip(a, b, strict=True))

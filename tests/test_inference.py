@@ -1,10 +1,12 @@
 """One path from a model to an answer: every head answers the same through `albertlm predict` on the
-torch engine, `predict --engine onnx` on its export, and the HTTP server (labels, per-word tags, spans,
-choices equal; scores within 1e-4), including a QA context longer than one window."""
+torch engine, `predict --engine onnx` and `--engine openvino --precision fp32` on its export, and the HTTP server
+(labels, per-word tags, spans, choices equal; scores within 1e-4), including a QA context longer than one
+window; OpenVINO's default bf16 within a measured tolerance."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +19,12 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from test_export import deploy_artifacts, sst2, tiny_config  # noqa: E402
 
+from albertlm import inference  # noqa: E402
 from albertlm.cli import main  # noqa: E402
+from albertlm.errors import UserError  # noqa: E402
 from albertlm.export import export_onnx  # noqa: E402
 from albertlm.finetune import Settings, build_model, save  # noqa: E402
-from albertlm.inference import Predictor  # noqa: E402
+from albertlm.inference import OpenVinoEngine, Predictor, load_engine  # noqa: E402
 from albertlm.serve import create_app  # noqa: E402
 from albertlm.tasks import InferenceSettings, get_task, kind_of  # noqa: E402
 from albertlm.tokenizer import load_tokenizer  # noqa: E402
@@ -30,6 +34,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 LABELS = {"sst2": ["0", "1"], "conll-ner": ["O", "B-X", "I-X"]}
 # Small windows so that one context needs several (doc-stride) windows.
 QA_SETTINGS = {"max_seq_length": 40, "doc_stride": 12, "max_query_length": 8}
+# OpenVINO bf16 vs torch on these models and inputs, measured (Xeon with AMX, OpenVINO 2026.4): probabilities
+# and tag scores moved by at most 0.003; QA scores (sums of two logits) by 1.0% of 1.2 and 0.5% of 5.8; an
+# STS-B value by 0.0034 (1.2% of 0.29). About twice that here: a float passes within either bound.
+BF16 = {"rel": 2.5e-2, "abs": 6e-3}
+CLEAR = 0.01  # a decision is clear when torch's top two probabilities are more than this apart (3x the 0.003)
 
 
 def _inputs(task: str) -> list[dict | str]:
@@ -80,6 +89,38 @@ def _same(a: object, b: object, path: str = "") -> None:
         assert a == b, path
 
 
+def _floats_close(a: object, b: object, path: str = "") -> None:
+    """Every float within the bf16 tolerance (structure as in torch's rows; strings are compared where clear)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, **BF16), path
+    elif isinstance(a, dict):
+        for k in b:
+            _floats_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _floats_close(x, y, f"{path}[{i}]")
+
+
+def _same_where_clear(rows: list[dict], ref: list[dict]) -> int:
+    """bf16 rows against torch's: floats within BF16; each label (classification, choice) and per-word tag
+    equal where torch's top two probabilities are more than CLEAR apart. Returns how many were compared.
+    (QA rows show no runner-up span; their spans are compared exactly in f32, their scores here.)"""
+    compared = 0
+    for row, r in zip(rows, ref, strict=True):
+        _floats_close(row, r)
+        probs = r.get("probabilities")
+        if probs is not None:
+            top = sorted(probs.values() if isinstance(probs, dict) else probs)
+            if top[-1] - top[-2] > CLEAR:
+                assert (row["label"], row.get("option")) == (r["label"], r.get("option"))
+                compared += 1
+        for i, score in enumerate(r.get("scores") or []):
+            if score is not None and 2 * score - 1 > CLEAR:  # the runner-up tag has at most 1 - score
+                assert row["tags"][i] == r["tags"][i], i
+                compared += 1
+    return compared
+
+
 def _predict_cli(model: Path, inp: Path, capsys, *flags: str) -> list[dict]:
     assert main(["predict", "--model", str(model), "--input", str(inp), *flags]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -102,6 +143,18 @@ def test_every_head_answers_the_same_everywhere(task, tmp_path, capsys):
     onnx_rows = onnx_rows[:1] + onnx_rows[2:]
     _same(onnx_rows, torch_rows)
 
+    # OpenVINO runs the same export (the default onnxruntime-fused graph): in f32 as torch to 1e-4
+    ov_rows = _predict_cli(tmp_path / "onnx", inp, capsys, "--engine", "openvino", "--precision", "fp32",
+                           "--threads", "1")
+    _same(ov_rows[:1] + ov_rows[2:], torch_rows)
+    # and at its default precision, bf16 where the CPU computes bf16 natively
+    ov = Predictor.load(tmp_path / "onnx", engine="openvino", threads=1)
+    assert ov.engine.precision == ("bf16" if inference.cpu_has_bf16(inference.require("openvino").Core()) else "fp32")
+    compared = _same_where_clear(ov.predict([ov.parse(x) for x in inputs]), torch_rows)
+    kind = kind_of(get_task(task)).name
+    if kind in ("classification", "tagging", "choice"):
+        assert compared > 0  # some decision on these inputs is clear: the check compared something
+
     client = TestClient(create_app(Predictor.load(tmp_path / "onnx", engine="onnx", threads=1)))
     r = client.post("/v1/predict", json={"inputs": inputs})
     assert r.status_code == 200, r.text
@@ -110,7 +163,6 @@ def test_every_head_answers_the_same_everywhere(task, tmp_path, capsys):
     assert r.status_code == 200, r.text
     _same(r.json()["results"], torch_rows[-1:])
 
-    kind = kind_of(get_task(task)).name
     if kind == "classification":
         assert set(torch_rows[0]["probabilities"]) == {"0", "1"} and torch_rows[0]["label"] in ("0", "1")
     elif kind == "tagging":  # per word, as evaluation scores it
@@ -190,3 +242,37 @@ def test_evaluate_scores_through_the_predictor(tmp_path, capsys):
     preds = Predictor.load(model).classify(texts)
     accuracy = np.mean([int(p["label"]) == y for p, y in zip(preds, labels, strict=True)])
     assert result["accuracy"] == pytest.approx(accuracy) and result["examples"] == 40
+
+    export_onnx(model, tmp_path / "onnx")
+    assert main(["evaluate", "--model", str(tmp_path / "onnx"), "--data", str(data), "--engine", "openvino",
+                 "--precision", "fp32", "--threads", "1"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["accuracy"] == pytest.approx(accuracy)
+
+
+def test_openvino_precision_int8_and_missing_package(tmp_path, monkeypatch, capsys):
+    model = _model_dir("sst2", tmp_path)
+    out = tmp_path / "onnx"
+    export_onnx(model, out, quantize="int8")  # OpenVINO cannot read the int8 graph's QAttention: fp32 is used
+    f32 = OpenVinoEngine(out, threads=1, precision="fp32")
+    assert f32.path.name == "model.onnx" and f32.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert f32.precision == "fp32"
+    with pytest.raises(UserError, match="int8 is the onnx engine's"):
+        load_engine(out, "openvino", precision="int8")
+    with pytest.raises(UserError, match="int8 is the onnx engine's"):
+        load_engine(model, "torch", precision="int8")
+    with pytest.raises(UserError, match="bf16 runs on --engine openvino or torch"):
+        load_engine(out, "onnx", precision="bf16")
+    with pytest.raises(UserError, match="--precision must be one of"):
+        load_engine(out, "openvino", precision="fp16")
+
+    monkeypatch.setattr(inference, "cpu_has_bf16", lambda core: False)  # a CPU without native bf16
+    default = OpenVinoEngine(out, threads=1)
+    assert default.precision == "fp32"  # as the compiled model reports it
+    with pytest.raises(UserError, match="does not compute bf16 natively"):
+        OpenVinoEngine(out, threads=1, precision="bf16")
+
+    (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if not installed: import fails
+    assert main(["predict", "--model", str(out), "--input", str(tmp_path / "in.txt"), "--engine", "openvino"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install openvino" in err and len(err.strip().splitlines()) == 1

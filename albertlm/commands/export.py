@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", help="tokenizer directory, when the model directory holds none")
     p.add_argument("--graph", choices=["ort", "standard"], default="ort",
                    help="ort: fused onnxruntime contrib ops (Attention, FastGelu, SkipLayerNormalization), "
-                        "fastest on onnxruntime; standard: plain ONNX ops for other runtimes")  # fmt: skip
+                        "fastest on onnxruntime (OpenVINO reads it too); standard: plain ONNX ops for other "
+                        "runtimes")  # fmt: skip
     p.set_defaults(func=run)
 
 

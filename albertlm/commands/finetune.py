@@ -86,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.set_defaults(func=_finetune)
 
     ev = subparsers.add_parser("evaluate", help="evaluate a fine-tuned model on a task's dev (or given) file")
-    ev.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
+    ev.add_argument("--model", required=True,
+                    help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     ev.add_argument("--data", required=True, help="dataset directory or file")
     ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
@@ -101,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.set_defaults(func=_evaluate)
 
     pr = subparsers.add_parser("predict", help="batch inference: JSON lines in (or text lines), JSON lines out")
-    pr.add_argument("--model", required=True, help="fine-tuned model directory (or an export, with --engine onnx)")
+    pr.add_argument("--model", required=True,
+                    help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines; "
                     "a model fine-tuned on your own data also reads a .csv/.tsv/.json file like its training file")
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
@@ -121,13 +123,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     """How a model is run: shared by evaluate, predict and serve."""
+    from albertlm.inference import ENGINES, PRECISIONS
+
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    p.add_argument("--engine", choices=["torch", "onnx"], default="torch",
-                   help="torch, or onnx: --model is then a folder written by `albertlm export` (int8 if present)")
-    p.add_argument("--fp32", action="store_true", help="onnx: use model.onnx even when model.int8.onnx exists")
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="torch, or onnx / openvino: --model is then a folder written by `albertlm export` "
+                        "(onnx runs int8 if present; openvino the fp32 graph, in bf16 where the CPU has it, "
+                        "else f32)")  # fmt: skip
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="what the engine computes in. auto: torch and openvino use bf16 where the CPU has AVX-512 "
+                        "BF16 / AMX, else fp32; onnx uses the int8 graph when the export has one. fp32 works on "
+                        "every engine; bf16 on torch and openvino; int8 on onnx (default: auto)")  # fmt: skip
+    p.add_argument("--fp32", dest="precision", action="store_const", const="fp32",
+                   help="same as --precision fp32 (older name)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
-                   help="torch: auto = bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32 (default: auto)")
 
 
 def load_predictor(args: argparse.Namespace):  # noqa: ANN201
@@ -139,9 +148,9 @@ def load_predictor(args: argparse.Namespace):  # noqa: ANN201
     for name, v in values(args, InferenceSettings).items():
         if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
-    return Predictor.load(args.model, engine=args.engine, threads=args.threads, quantized=False if args.fp32 else None,
-                          tokenizer=args.tokenizer, task=getattr(args, "task", None),
-                          overrides=values(args, InferenceSettings), precision=args.precision)  # fmt: skip
+    return Predictor.load(args.model, engine=args.engine, threads=args.threads, tokenizer=args.tokenizer,
+                          task=getattr(args, "task", None), overrides=values(args, InferenceSettings),
+                          precision=args.precision)  # fmt: skip
 
 
 def _settings(args: argparse.Namespace):

@@ -2,6 +2,7 @@
 
 albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
 albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 256
+albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # bf16 where the CPU has it
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.finetune import _engine_flags, _inference_flags
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
-    p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx)")
+    p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx, openvino)")
     p.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
