@@ -8,10 +8,13 @@ Engines, timed in alternation (one call of each per round, medians over rounds):
   peer-onnx-fp32 / peer-onnx-int8   HF model through torch.onnx.export, ``optimize_model(model_type="bert")``
                                     and ``quantize_dynamic`` (int8 weights, DefaultTensorType FLOAT)
   ours-torch-fp32 / ours-torch-bf16 albertlm in PyTorch (bf16 = autocast, the default on bf16 CPUs)
+  ours-openvino-* / peer-openvino-* our export / HF's torch.onnx.export graph compiled by OpenVINO
+                                    (fp32, and bf16 where the CPU has it)
   hf-torch                          transformers (SDPA), for reference
 Both ONNX engines run through the same onnxruntime session settings. Ratios are ours / peer at equal
 precision (and ours-fp32 / the faster peer fp32). A GEMM row gives onnxruntime's and torch's own matmul
-rates on 4096x768 @ 768x3072 (fp32, int8, bf16) and what fraction of them each engine reaches.
+rates on 4096x768 @ 768x3072 (fp32, int8, bf16) and what fraction of them each engine reaches (OpenVINO
+is held to torch's rate in its precision: both multiply through oneDNN).
 
 Accuracy (``--part accuracy``): a small ALBERT fine-tuned briefly on SST-2 (trained on first use, kept under
 runs/deploy/), run through every engine above on the full SST-2 dev set (872 sentences).
@@ -47,7 +50,7 @@ from timing import torch_gemm_tflops
 import albertlm
 from albertlm import AlbertConfig
 from albertlm.export import export_onnx, quantize_int8
-from albertlm.inference import OnnxEngine, OnnxSession, Predictor, TorchEngine
+from albertlm.inference import OnnxEngine, OnnxSession, OpenVinoEngine, Predictor, TorchEngine
 from albertlm.model import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +96,37 @@ def build_peer(model_dir: Path, work: Path, threads: int) -> dict[str, OnnxSessi
                                hidden_size=hf.config.hidden_size)  # fmt: skip
     optimized.save_model_to_file(str(opt))
     quantize_int8(opt, int8)  # quantize_dynamic, int8 weights, DefaultTensorType FLOAT: the issue's recipe
-    return {"peer-onnx-fp32": OnnxSession(opt, threads), "peer-onnx-int8": OnnxSession(int8, threads)}
+    peers = {"peer-onnx-fp32": OnnxSession(opt, threads), "peer-onnx-int8": OnnxSession(int8, threads)}
+    for precision in openvino_precisions():
+        peers[f"peer-openvino-{precision}"] = PeerOpenVino(raw, threads, precision)
+    return peers
+
+
+def openvino_precisions() -> tuple[str, ...]:
+    """OpenVINO's precisions worth timing here: bf16 only where the CPU computes it natively."""
+    import openvino as ov
+
+    from albertlm.inference import cpu_has_bf16
+
+    return ("fp32", "bf16") if cpu_has_bf16(ov.Core()) else ("fp32",)
+
+
+class PeerOpenVino:
+    """transformers' model, exported with torch.onnx.export, compiled by OpenVINO as a user would."""
+
+    def __init__(self, path: Path, threads: int, precision: str):
+        import openvino as ov
+
+        core = ov.Core()
+        hint = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32", "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_NUM_THREADS": threads}  # fmt: skip
+        self.path = path
+        self.compiled = core.compile_model(core.read_model(str(path)), "CPU", hint)
+        self.request = self.compiled.create_infer_request()
+
+    def __call__(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self.request.infer(feed)
+        return {"logits": out[self.compiled.outputs[0]]}
 
 
 def build_ours(model_dir: Path, work: Path, threads: int) -> dict:
@@ -101,7 +134,8 @@ def build_ours(model_dir: Path, work: Path, threads: int) -> dict:
     return {"ours-onnx-fp32": OnnxEngine(work / "ours", threads, "fp32"),
             "ours-onnx-int8": OnnxEngine(work / "ours", threads, "int8"),
             "ours-torch-fp32": TorchEngine.load(model_dir, threads, precision="fp32"),
-            "ours-torch-bf16": TorchEngine.load(model_dir, threads, precision="bf16")}  # fmt: skip
+            "ours-torch-bf16": TorchEngine.load(model_dir, threads, precision="bf16"),
+            **{f"ours-openvino-{p}": OpenVinoEngine(work / "ours", threads, p) for p in openvino_precisions()}}
 
 
 def file_mb(path: Path) -> float:
@@ -146,7 +180,8 @@ def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
 
 GEMM_OF = {"ours-onnx-fp32": "ort-fp32", "peer-onnx-fp32": "ort-fp32", "ours-onnx-int8": "ort-int8",
            "peer-onnx-int8": "ort-int8", "ours-torch-fp32": "torch-fp32", "ours-torch-bf16": "torch-bf16",
-           "hf-torch": "torch-fp32"}  # fmt: skip
+           "hf-torch": "torch-fp32", "ours-openvino-fp32": "torch-fp32", "peer-openvino-fp32": "torch-fp32",
+           "ours-openvino-bf16": "torch-bf16", "peer-openvino-bf16": "torch-bf16"}  # OpenVINO and torch share oneDNN
 
 
 # --------------------------------------------------------------------------- speed
@@ -166,7 +201,7 @@ def speed(args: argparse.Namespace) -> dict:
     engines.update(build_peer(work / "model", work / "peer", args.threads))
     hf = transformers.AlbertForSequenceClassification.from_pretrained(work / "model", attn_implementation="sdpa")
     hf.eval()
-    sizes = {f"{k}_mb": file_mb(engines[k].path) for k in engines if "onnx" in k}
+    sizes = {f"{k}_mb": file_mb(engines[k].path) for k in engines if "-onnx-" in k}
     print("graph sizes: " + ", ".join(f"{k} {v:.1f}" for k, v in sizes.items()), flush=True)
     gemm = gemm_rates(args.threads)
     print("GEMM rates (4096x768 @ 768x3072, TFLOP/s; int8 TOPS): "
@@ -202,7 +237,10 @@ def speed(args: argparse.Namespace) -> dict:
     for batch in (1, 32):
         p = {r["engine"]: r["p50_ms"] for r in rows if r["batch"] == batch}
         ratios[f"int8_vs_peer_int8_b{batch}"] = p["peer-onnx-int8"] / p["ours-onnx-int8"]
-        ratios[f"fp32_vs_peer_fp32_b{batch}"] = p["peer-onnx-fp32"] / p["ours-onnx-fp32"]
+        ratios[f"fp32_vs_peer_fp32_b{batch}"] = min(p["peer-onnx-fp32"], p["peer-openvino-fp32"]) / min(
+            p["ours-onnx-fp32"], p["ours-openvino-fp32"])  # best fp32 on each side
+        if "ours-openvino-bf16" in p:
+            ratios[f"openvino_bf16_vs_peer_openvino_bf16_b{batch}"] = p["peer-openvino-bf16"] / p["ours-openvino-bf16"]
         ours_best = min(p[k] for k in p if k.startswith("ours"))
         peer_best = min(p[k] for k in p if k.startswith("peer"))
         ratios[f"best_ours_vs_best_peer_b{batch}"] = peer_best / ours_best
