@@ -22,11 +22,13 @@ Concurrent requests are batched dynamically (``Batcher``): each request's valida
 one worker waits up to ``batch_window_ms`` after the oldest queued request (or until ``max_batch`` inputs
 are queued), runs one ``Predictor.predict`` over all of them in a worker thread, and hands each request its
 own rows. Inference is never run twice at once, so requests queue instead of oversubscribing the cores,
-and the model sees batches, which cost far less per input than one forward per request. A request is never
+and the model sees batches, which cost less per input than one forward per request. A request is never
 split; a batch that fails is run again request by request, so only the request that fails gets the 500.
 Answers are those of a lone request (padding is masked out) to float rounding, except on an int8 graph,
-whose activations are quantized with one scale per batch: its scores move by ~1e-4 with the company a
-request keeps (as they already do between the inputs of one request).
+whose activations are quantized with one scale per batch: its scores move (by 1e-4 on the test models)
+with the company a request keeps, as they already do between the inputs of one request. A lone request
+on an idle server waits the whole window; ``batch_window_ms=0`` never waits and batches only the requests
+that queued while the model was busy.
 """
 
 from __future__ import annotations
