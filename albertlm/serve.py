@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,13 +139,15 @@ class Batcher:
         self.settings = settings or BatchSettings()
         self.stats = {"batches": 0, "requests": 0, "examples": 0, "most_requests_in_a_batch": 0,
                       "most_examples_in_a_batch": 0}  # fmt: skip
-        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = weakref.WeakKeyDictionary()
+        self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
 
     async def submit(self, examples: list[Any]) -> list[dict[str, Any]]:
         """One row per example, in order; raises what ``predict`` raised on this request."""
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(loop)
         if lane is None:
+            for old in [old for old in self._lanes if old.is_closed()]:
+                del self._lanes[old]
             lane = self._lanes[loop] = _Lane()
         job = _Job(examples, loop.create_future(), loop.time())
         lane.jobs.append(job)

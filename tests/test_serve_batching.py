@@ -5,6 +5,7 @@ answers they get one at a time; a request is never split; a bad or failing reque
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -248,3 +249,22 @@ def test_settings_are_checked_with_the_flag_to_change():
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(UserError, match="--batch-window-ms"):
             BatchSettings(batch_window_ms=bad)
+
+
+def test_requests_on_two_event_loops_at_once_are_both_answered():
+    """A TestClient without ``with`` runs each request on its own loop, in its own thread: each loop gets its
+    own queue (asyncio objects cannot cross loops), and a closed loop's queue is dropped."""
+    batcher, seen = echo_batcher(BatchSettings(batch_window_ms=200, max_batch=10))
+    answers: dict[str, list] = {}
+
+    def client(name: str) -> None:
+        answers[name] = run(batcher.submit([name]))
+
+    threads = [threading.Thread(target=client, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == {"a": [{"input": "a"}], "b": [{"input": "b"}]}
+    assert sorted(seen) == [["a"], ["b"]]
+    assert run(batcher.submit(["c"])) == [{"input": "c"}] and len(batcher._lanes) == 1
