@@ -193,7 +193,8 @@ class Batcher:
                 _log.warning("a batch of %d requests failed (%s: %s); running them one by one", len(jobs),
                              type(e).__name__, e)  # fmt: skip
                 for job in jobs:
-                    await self._run([job])
+                    if not job.future.done():
+                        await self._run([job])
             elif not jobs[0].future.done():
                 jobs[0].future.set_exception(e)
             return
