@@ -2,6 +2,7 @@
 ``albertlm predict`` (one code path, ``albertlm.inference``).
 
     albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
+    albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1   # no batching
     curl -s localhost:8000/v1/predict -d '{"text": "a gripping, funny film"}'
 
 Endpoints: ``POST /v1/predict`` takes one input object exactly as a ``predict`` JSON line (``{"text",
@@ -9,29 +10,48 @@ Endpoints: ``POST /v1/predict`` takes one input object exactly as a ``predict`` 
 "options"}``) or ``{"inputs": [...]}`` of them, and answers ``{"results": [row, ...]}`` with the rows
 ``predict`` prints (label names, per-word tags, spans with character offsets). Shortcuts by head:
 ``/v1/classify {"texts", "pairs"?}``, ``/v1/tag {"texts"}``, ``/v1/answer {"question", "context"}`` (one
-row). ``GET /health`` always. Long QA contexts are windowed as in evaluation: the limit is on the
-request's size, not on context length. The schemas are in ``/openapi.json``.
+row). ``GET /health`` always; ``GET /stats`` counts the batches run. Long QA contexts are windowed as in
+evaluation: the limit is on the request's size, not on context length. The schemas are in ``/openapi.json``.
 
 Every rejected request gets a 4xx with ``{"error": {"code", "message"}}``: 400 malformed body (not UTF-8,
 not JSON, a lone surrogate escape in a string), 404 endpoint not served by this model, 413 body over
 ``max_request_bytes`` (checked while streaming, so a chunked body is never read whole), 422 wrong fields
-or too many inputs. Inference runs
-in a worker thread under one lock: concurrent requests queue instead of oversubscribing the cores.
+or too many inputs. A failure inside the model is a 500 in the same shape.
+
+Concurrent requests are batched dynamically (``Batcher``): each request's validated inputs join a queue;
+one worker waits up to ``batch_window_ms`` after the oldest queued request (or until ``max_batch`` inputs
+are queued), runs one ``Predictor.predict`` over all of them in a worker thread, and hands each request its
+own rows. Inference is never run twice at once, so requests queue instead of oversubscribing the cores,
+and the model sees batches, which cost less per input than one forward per request. A request is never
+split; a batch that fails is run again request by request, so only the request that fails gets the 500.
+Answers are those of a lone request (padding is masked out) to float rounding, except on an int8 graph,
+whose activations are quantized with one scale per batch: its scores move (by 1e-4 on the test models)
+with the company a request keeps, as they already do between the inputs of one request. A lone request
+on an idle server waits the whole window; ``batch_window_ms=0`` never waits and batches only the requests
+that queued while the model was busy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import math
 import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from albertlm.errors import DataError, RequestError
+from albertlm.errors import DataError, RequestError, UserError
 
 if TYPE_CHECKING:
     from albertlm.inference import Predictor
 
-__all__ = ["RequestError", "Service", "create_app"]
+__all__ = ["BatchSettings", "Batcher", "RequestError", "Service", "create_app"]
 
+_log = logging.getLogger(__name__)
 MAX_DEPTH = 32  # nesting a request body may have
 
 
@@ -68,14 +88,149 @@ def _string_list(body: dict, key: str, limit: int) -> list[str]:
     return value
 
 
-class Service:
-    """Validation and inference, independent of the web framework (so it is testable on its own)."""
+@dataclass
+class BatchSettings:
+    """How the server groups concurrent requests into one forward pass (``albertlm serve`` flags)."""
 
-    def __init__(self, predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20):
+    batch_window_ms: float = field(default=5.0, metadata={"metavar": "MS",
+        "help": "how long the oldest queued request waits for others to share its forward pass, in ms (0: no "
+                "waiting, only requests that queued while the model was busy join)"})  # fmt: skip
+    max_batch: int = field(default=32, metadata={"metavar": "N",
+        "help": "most inputs in one batched forward pass; a larger request runs alone, never split (1: no "
+                "batching)"})  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.batch_window_ms) and self.batch_window_ms >= 0):
+            raise UserError(f"--batch-window-ms must be a number >= 0, got {self.batch_window_ms}")
+        if self.max_batch < 1:
+            raise UserError(f"--max-batch must be >= 1 (1 turns batching off), got {self.max_batch}")
+
+
+@dataclass
+class _Job:
+    examples: list[Any]  # one request's validated inputs
+    future: asyncio.Future  # its rows, or the exception its batch raised
+    arrived: float  # loop.time() when it was queued
+
+
+class _Lane:
+    """The queue of one event loop. uvicorn runs one loop; a TestClient used without ``with`` starts one per
+    request, so each loop gets its own queue and worker (asyncio objects cannot cross loops)."""
+
+    def __init__(self) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.queued = 0  # inputs in jobs
+        self.full = asyncio.Event()  # set when queued reaches max_batch: stop waiting for more
+        self.worker: asyncio.Task | None = None  # runs while jobs are queued, then ends
+
+
+class Batcher:
+    """Concurrent requests -> one ``predict`` over their combined inputs -> each request its own rows.
+
+    ``await batcher.submit(examples)`` queues one request's inputs and returns its rows. A worker (started
+    by the first request, ending when the queue is empty) waits until ``max_batch`` inputs are queued or
+    ``batch_window_ms`` has passed since the oldest queued request arrived, takes the oldest requests that
+    fit (a larger one alone), and runs ``predict`` once in a thread so the event loop keeps accepting
+    requests; the next batch forms meanwhile. ``stats`` counts what ran.
+    """
+
+    def __init__(self, predict: Callable[[list[Any]], list[dict[str, Any]]], settings: BatchSettings | None = None):
+        self.predict = predict
+        self.settings = settings or BatchSettings()
+        self.stats = {"batches": 0, "requests": 0, "examples": 0, "most_requests_in_a_batch": 0,
+                      "most_examples_in_a_batch": 0}  # fmt: skip
+        self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
+
+    async def submit(self, examples: list[Any]) -> list[dict[str, Any]]:
+        """One row per example, in order; raises what ``predict`` raised on this request."""
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(loop)
+        if lane is None:
+            for old in [old for old in self._lanes if old.is_closed()]:
+                del self._lanes[old]
+            lane = self._lanes[loop] = _Lane()
+        job = _Job(examples, loop.create_future(), loop.time())
+        lane.jobs.append(job)
+        lane.queued += len(examples)
+        if lane.queued >= self.settings.max_batch:
+            lane.full.set()
+        if lane.worker is None or lane.worker.done():
+            lane.worker = loop.create_task(self._drain(lane))
+        return await job.future
+
+    async def _drain(self, lane: _Lane) -> None:
+        while lane.jobs:
+            jobs = await self._collect(lane)
+            if jobs:
+                await self._run(jobs)
+
+    async def _collect(self, lane: _Lane) -> list[_Job]:
+        """Wait for a full batch or the end of the oldest request's window; take the oldest requests that fit."""
+        cap = self.settings.max_batch
+        wait = lane.jobs[0].arrived + self.settings.batch_window_ms / 1000 - asyncio.get_running_loop().time()
+        if lane.queued < cap and wait > 0:
+            lane.full.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(lane.full.wait(), wait)
+        jobs: list[_Job] = []
+        size = 0
+        while lane.jobs and (not jobs or size + len(lane.jobs[0].examples) <= cap):
+            job = lane.jobs.popleft()
+            lane.queued -= len(job.examples)
+            if not job.future.done():  # done already: its client went away, nobody waits for the answer
+                jobs.append(job)
+                size += len(job.examples)
+        return jobs
+
+    async def _run(self, jobs: list[_Job]) -> None:
+        examples = [ex for job in jobs for ex in job.examples]
+        try:
+            rows = await asyncio.to_thread(self.predict, examples)
+            if len(rows) != len(examples):
+                raise RuntimeError(f"predict returned {len(rows)} rows for {len(examples)} inputs")
+        except Exception as e:
+            if len(jobs) > 1:  # find the request that fails: the others get their answers as if alone
+                _log.warning("a batch of %d requests failed (%s: %s); running them one by one", len(jobs),
+                             type(e).__name__, e)  # fmt: skip
+                for job in jobs:
+                    if not job.future.done():
+                        await self._run([job])
+            elif not jobs[0].future.done():
+                jobs[0].future.set_exception(e)
+            return
+        except BaseException:  # cancelled (the server is stopping): nobody will answer these requests
+            for job in jobs:
+                job.future.cancel()
+            raise
+        st = self.stats
+        st["batches"] += 1
+        st["requests"] += len(jobs)
+        st["examples"] += len(examples)
+        st["most_requests_in_a_batch"] = max(st["most_requests_in_a_batch"], len(jobs))
+        st["most_examples_in_a_batch"] = max(st["most_examples_in_a_batch"], len(examples))
+        start = 0
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_result(rows[start : start + len(job.examples)])
+            start += len(job.examples)
+
+
+class Service:
+    """Validation and inference, independent of the web framework (so it is testable on its own).
+
+    ``examples(endpoint, body)`` validates a request; ``handle`` answers it through the batcher (the app);
+    ``call`` answers it at once in the calling thread (Python callers, tests).
+    """
+
+    ENDPOINTS = ("predict", "classify", "tag", "answer")
+
+    def __init__(self, predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20,
+                 batching: BatchSettings | None = None):  # fmt: skip
         self.predictor = predictor
         self.max_items = max_items
         self.max_request_bytes = max_request_bytes
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one inference at a time, batched or called directly
+        self.batcher = Batcher(self._run, batching)
 
     def parse(self, raw: bytes, allowed: set[str] | None = None) -> dict[str, Any]:
         if len(raw) > self.max_request_bytes:
@@ -113,7 +268,8 @@ class Service:
         with self.lock:
             return self.predictor.predict(examples)
 
-    def predict(self, raw: bytes) -> dict[str, Any]:
+    # one parser per endpoint: a request body -> its validated inputs
+    def _predict_inputs(self, raw: bytes) -> list[Any]:
         body = self.parse(raw)
         if "inputs" in body:
             if set(body) != {"inputs"}:
@@ -123,9 +279,9 @@ class Service:
                 raise RequestError(422, "invalid_field", "'inputs' must be a non-empty list of input objects")
         else:
             items = [body]
-        return {"results": self._run(self._examples(items))}
+        return self._examples(items)
 
-    def classify(self, raw: bytes) -> dict[str, Any]:
+    def _classify_inputs(self, raw: bytes) -> list[Any]:
         body = self.parse(raw, {"texts", "pairs"})
         texts = _string_list(body, "texts", self.max_items)
         pairs: list[Any] = [None] * len(texts)
@@ -133,19 +289,42 @@ class Service:
             pairs = _string_list(body, "pairs", self.max_items)
             if len(pairs) != len(texts):
                 raise RequestError(422, "invalid_field", f"{len(texts)} texts but {len(pairs)} pairs; give one each")
-        items = [{"text": a, "text_b": b} for a, b in zip(texts, pairs, strict=True)]
-        return {"results": self._run(self._examples(items))}
+        return self._examples([{"text": a, "text_b": b} for a, b in zip(texts, pairs, strict=True)])
 
-    def tag(self, raw: bytes) -> dict[str, Any]:
+    def _tag_inputs(self, raw: bytes) -> list[Any]:
         texts = _string_list(self.parse(raw, {"texts"}), "texts", self.max_items)
-        return {"results": self._run(self._examples([{"text": t} for t in texts]))}
+        return self._examples([{"text": t} for t in texts])
 
-    def answer(self, raw: bytes) -> dict[str, Any]:
+    def _answer_inputs(self, raw: bytes) -> list[Any]:
         body = self.parse(raw, {"id", "question", "context"})
         for key in ("question", "context"):
             if not isinstance(body.get(key), str) or not body[key].strip():
                 raise RequestError(422, "invalid_field", f"'{key}' must be a non-empty string")
-        return self._run(self._examples([body]))[0]
+        return self._examples([body])
+
+    def examples(self, endpoint: str, raw: bytes) -> list[Any]:
+        """The validated inputs of a request to ``endpoint`` (one of ``ENDPOINTS``); RequestError otherwise."""
+        if endpoint not in self.ENDPOINTS:
+            raise ValueError(f"unknown endpoint {endpoint!r}; one of {', '.join(self.ENDPOINTS)}")
+        return getattr(self, f"_{endpoint}_inputs")(raw)
+
+    @staticmethod
+    def reply(endpoint: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The response body: ``{"results": rows}``, or /v1/answer's one row."""
+        return rows[0] if endpoint == "answer" else {"results": rows}
+
+    def call(self, endpoint: str, raw: bytes) -> dict[str, Any]:
+        """Answer one request now, in this thread, unbatched."""
+        return self.reply(endpoint, self._run(self.examples(endpoint, raw)))
+
+    async def handle(self, endpoint: str, raw: bytes) -> dict[str, Any]:
+        """Answer one request in the batch it shares with the requests that arrive with it."""
+        examples = await asyncio.to_thread(self.examples, endpoint, raw)  # a big body parses off the event loop
+        return self.reply(endpoint, await self.batcher.submit(examples))
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.batcher.stats, "batch_window_ms": self.batcher.settings.batch_window_ms,
+                "max_batch": self.batcher.settings.max_batch}  # fmt: skip
 
     def health(self) -> dict[str, Any]:
         p = self.predictor
@@ -188,17 +367,18 @@ def _schemas() -> dict[str, dict]:
     }
 
 
-def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20) -> Any:
-    """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health."""
+def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20,
+               batching: BatchSettings | None = None) -> Any:  # fmt: skip
+    """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health, /stats; concurrent
+    requests share forward passes as ``batching`` says."""
     from albertlm.inference import require
 
     fastapi = require("fastapi")
     from fastapi import Request
     from fastapi.responses import JSONResponse
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    service = Service(predictor, max_items, max_request_bytes)
+    service = Service(predictor, max_items, max_request_bytes, batching)
     app = fastapi.FastAPI(title="albertlm", docs_url=None, redoc_url=None)
     app.state.service = service
     schemas = _schemas()
@@ -218,7 +398,8 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
         message = str(e.detail)
         if e.status_code == 404:
-            message = f"no such endpoint; this {predictor.kind.name} model serves {', '.join([*routes, '/health'])}"
+            served = ", ".join([*routes, "/health", "/stats"])
+            message = f"no such endpoint; this {predictor.kind.name} model serves {served}"
         return error(e.status_code, code, message)
 
     @app.exception_handler(Exception)
@@ -228,6 +409,10 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return service.health()
+
+    @app.get("/stats", summary="batches run since the start, and the batching settings")
+    async def stats() -> dict[str, Any]:
+        return service.stats()
 
     async def read_limited(request: Any) -> bytes:
         """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
@@ -243,10 +428,8 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
         return b"".join(chunks)
 
     def endpoint(method: str):  # noqa: ANN202
-        handler = getattr(service, method)
-
         async def run(request: Any) -> JSONResponse:
-            return JSONResponse(await run_in_threadpool(handler, await read_limited(request)))
+            return JSONResponse(await service.handle(method, await read_limited(request)))
 
         run.__annotations__ = {"request": Request, "return": JSONResponse}  # resolved here, for FastAPI
         return run

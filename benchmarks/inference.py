@@ -403,8 +403,8 @@ def main() -> None:
     ap.add_argument("--preset", default="albert-base-v2", help="speed: model shape")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="torch and onnxruntime intra-op threads")
-    ap.add_argument("--rounds", type=int, default=20, help="speed: timed rounds at batch 1")
-    ap.add_argument("--rounds-large", type=int, default=5, help="speed: timed rounds at batch 32")
+    ap.add_argument("--rounds", "--reps", type=int, default=20, help="speed: timed rounds at batch 1")
+    ap.add_argument("--rounds-large", "--reps-large", type=int, default=5, help="speed: timed rounds at batch 32")
     ap.add_argument("--traffic-rounds", type=int, default=3, help="traffic: timed passes over SST-2 dev")
     ap.add_argument("--sst2-model", default=str(ROOT / "runs" / "deploy" / "sst2" / "model"),
                     help="accuracy / traffic: fine-tuned classifier dir (trained here if missing)")  # fmt: skip

@@ -8,8 +8,10 @@ import pytest
 
 from albertlm.cli import build_parser
 from albertlm.commands.finetune import _settings
+from albertlm.commands.flags import build
 from albertlm.commands.pretrain import _config_from_args
 from albertlm.finetune import Settings
+from albertlm.serve import BatchSettings
 from albertlm.tasks.kinds import InferenceSettings
 from albertlm.train import PretrainConfig
 
@@ -33,10 +35,12 @@ def test_defaults_equal_the_library_defaults():
     for command in ("evaluate", "predict", "serve"):
         args = parse(command)
         assert all(getattr(args, f.name) is None for f in dataclasses.fields(InferenceSettings))
+    assert build(parse("serve"), BatchSettings) == BatchSettings()
 
 
 @pytest.mark.parametrize("command, cls", [("pretrain", PretrainConfig), ("finetune", Settings),
-                                          ("predict", InferenceSettings), ("serve", InferenceSettings)])  # fmt: skip
+                                          ("predict", InferenceSettings), ("serve", InferenceSettings),
+                                          ("serve", BatchSettings)])  # fmt: skip
 def test_every_help_shows_the_library_default(command, cls):
     sub = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == command)[1]
     help_text = " ".join(sub.format_help().split())
@@ -56,6 +60,8 @@ def test_overrides_reach_the_library_unchanged():
     assert _config_from_args(parse("pretrain", "--optimizer", "adamw")).peak_lr == 5e-4
     old = parse("serve", "--max-length", "96", "--max-batch-size", "4")  # the earlier flag names still work
     assert old.max_seq_length == 96 and old.eval_batch_size == 4
+    off = build(parse("serve", "--batch-window-ms", "0", "--max-batch", "1"), BatchSettings)
+    assert off == BatchSettings(batch_window_ms=0.0, max_batch=1)
 
 
 def test_one_set_parser_for_every_command():

@@ -3,6 +3,8 @@
 albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
 albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 256
 albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # bf16 where the CPU has it
+albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 10 --max-batch 64   # batch harder
+albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1     # no batching
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from albertlm.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.finetune import _engine_flags, _inference_flags
+    from albertlm.commands.flags import add_flags
+    from albertlm.serve import BatchSettings
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
     p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx, openvino)")
@@ -23,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-items", type=int, default=32, help="most inputs per request (default: 32)")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20,
                    help="largest request body accepted (default: 1 MiB)")  # fmt: skip
+    add_flags(p, BatchSettings)
     _engine_flags(p)
     _inference_flags(p)
     p.set_defaults(func=run)
@@ -30,17 +35,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from albertlm.commands.finetune import load_predictor
+    from albertlm.commands.flags import build
     from albertlm.inference import require
+    from albertlm.serve import BatchSettings
 
     for flag, value in (("--max-items", args.max_items), ("--max-request-bytes", args.max_request_bytes)):
         if value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
+    batching = build(args, BatchSettings)  # checks the values before the model loads
     uvicorn = require("uvicorn")
     from albertlm.serve import create_app
 
     predictor = load_predictor(args)
-    app = create_app(predictor, args.max_items, args.max_request_bytes)
+    app = create_app(predictor, args.max_items, args.max_request_bytes, batching)
     print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({args.engine}) on "
-          f"http://{args.host}:{args.port} (POST /v1/predict; schemas at /openapi.json); Ctrl-C stops", flush=True)
+          f"http://{args.host}:{args.port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
+          f"{batching.max_batch} inputs within {batching.batch_window_ms:g} ms); Ctrl-C stops", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

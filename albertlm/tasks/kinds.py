@@ -378,7 +378,7 @@ class SpanQA(TaskKind):
     def decode(self, examples, enc, out, s, config, info=None):
         spans = squad.best_spans_v1(examples, enc.windows, out["start_logits"], out["end_logits"], s.n_best,
                                     s.max_answer_length)  # fmt: skip
-        return [spans[ex.qid]._asdict() for ex in examples]
+        return [span._asdict() for span in spans]
 
     def score(self, task, examples, answers, config):
         return task.metric({ex.qid: a["text"] for ex, a in zip(examples, answers, strict=True)},
@@ -415,9 +415,8 @@ class SpanQAv2(SpanQA):
         spans, null = squad.best_spans_v2(examples, enc.windows, **arr, max_answer_length=s.max_answer_length)
         threshold = float((info or {}).get(NULL_THRESHOLD_KEY, 0.0))
         answers = []
-        for ex in examples:
-            span = spans[ex.qid]._asdict()
-            answers.append({**span, "null_score": null[ex.qid], "no_answer": null[ex.qid] > threshold})
+        for span, null_score in zip(spans, null, strict=True):
+            answers.append({**span._asdict(), "null_score": null_score, "no_answer": null_score > threshold})
         return answers
 
     def score(self, task, examples, answers, config):

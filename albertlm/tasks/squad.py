@@ -248,8 +248,9 @@ def best_spans_v1(
     end_logits: list[np.ndarray],
     n_best: int = 20,
     max_answer_length: int = 30,
-) -> dict[str, Answer]:
-    """SQuAD 1.1 head: the highest start+end logit span over all windows of each question."""
+) -> list[Answer]:
+    """SQuAD 1.1 head: the highest start+end logit span over all windows of each question, in example order
+    (not keyed by id: two questions may share one, e.g. requests batched together by the server)."""
     best: dict[int, Answer] = {}
     for f, sl, el in zip(features, start_logits, end_logits, strict=True):
         ex = examples[f.example_index]
@@ -262,7 +263,7 @@ def best_spans_v1(
                 score = float(sl[s] + el[e])
                 if f.example_index not in best or score > best[f.example_index].score:
                     best[f.example_index] = _answer(ex, f, int(s), int(e), score)
-    return {ex.qid: best.get(i, NO_SPAN) for i, ex in enumerate(examples)}
+    return [best.get(i, NO_SPAN) for i in range(len(examples))]
 
 
 def best_spans_v2(
@@ -274,9 +275,9 @@ def best_spans_v2(
     end_top_index: np.ndarray,
     cls_logits: np.ndarray,
     max_answer_length: int = 30,
-) -> tuple[dict[str, Answer], dict[str, float]]:
+) -> tuple[list[Answer], list[float]]:
     """SQuAD 2.0 head: best beam span per question, and its null score (the smallest answerability logit
-    over the question's windows, as the original's ``score_null``)."""
+    over the question's windows, as the original's ``score_null``), both in example order."""
     best: dict[int, Answer] = {}
     null: dict[int, float] = {}
     for fi, f in enumerate(features):
@@ -292,5 +293,4 @@ def best_spans_v2(
                 score = float(start_top_log_probs[fi, i] + end_top_log_probs[fi, i, j])
                 if f.example_index not in best or score > best[f.example_index].score:
                     best[f.example_index] = _answer(ex, f, s, e, score)
-    preds = {ex.qid: best.get(i, NO_SPAN) for i, ex in enumerate(examples)}
-    return preds, {ex.qid: null.get(i, 0.0) for i, ex in enumerate(examples)}
+    return [best.get(i, NO_SPAN) for i in range(len(examples))], [null.get(i, 0.0) for i in range(len(examples))]

@@ -275,7 +275,7 @@ def test_user_csv_finetune_evaluate_predict_export(en_tok_dir, tmp_path, capsys)
 
     service = Service(Predictor.load(out))
     assert service.health()["labels"] == ["negative", "positive"]
-    assert service.predict(b'{"review": "a charming film"}')["results"][0]["label"] in {"negative", "positive"}
+    assert service.call("predict", b'{"review": "a charming film"}')["results"][0]["label"] in {"negative", "positive"}
 
     if importlib.util.find_spec("onnxruntime") is not None:
         assert main(["export", "--model", str(out), "--format", "onnx", "--out", str(tmp_path / "onnx")]) == 0

@@ -81,4 +81,19 @@ def test_window_layout_and_decoding(data, en_tok_dir):
     end = [np.zeros(len(f.input_ids)) for f in feats]
     i = feats.index(gold)
     start[i][gold.start_position] = end[i][gold.end_position] = 10.0
-    assert best_spans_v1([ex], feats, start, end)[ex.qid].text == ex.answers[0]
+    assert best_spans_v1([ex], feats, start, end)[0].text == ex.answers[0]
+
+
+def test_decoding_keeps_questions_apart_when_ids_repeat(data, en_tok_dir):
+    """Spans come back in example order, not keyed by id: the server batches requests whose questions may
+    share an id (each defaults to "input 0"), and each must get its own answer."""
+    tok = load_tokenizer(en_tok_dir)
+    ex = read_split(get_task("squad"), data / "squad_v1.1", "dev", RowPolicy())[0][0]
+    feats, _ = make_features([ex, ex], tok, max_seq_length=64, doc_stride=16, max_query_length=10, training=True)
+    start = [np.zeros(len(f.input_ids)) for f in feats]
+    end = [np.zeros(len(f.input_ids)) for f in feats]
+    for i, f in enumerate(feats):
+        if f.example_index == 0 and not f.is_impossible and f.max_context[f.start_position]:
+            start[i][f.start_position] = end[i][f.end_position] = 10.0  # only the first question finds the gold
+    first, second = best_spans_v1([ex, ex], feats, start, end)
+    assert first.text == ex.answers[0] and second.text != ex.answers[0]
