@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from albertlm.inference import ENGINES
+
 ROOT = Path(__file__).resolve().parents[1]
 SST2_DEV = ROOT.parent / "shared" / "data" / "glue_sst2" / "dev.tsv"
 HOST = "127.0.0.1"  # loopback only: a load test must never expose the server
@@ -256,7 +258,7 @@ def main() -> None:
                     help="load: fixed-size requests from --clients; compare: one client one at a time vs --clients "
                     "at once, single sentences")  # fmt: skip
     ap.add_argument("--model", required=True, help="model dir (torch) or exported dir (onnx)")
-    ap.add_argument("--engine", choices=["torch", "onnx"], default="onnx")
+    ap.add_argument("--engine", choices=ENGINES, default="onnx")
     ap.add_argument("--threads", type=int, default=2, help="server intra-op threads")
     ap.add_argument("--batch-window-ms", type=float, default=None, help="server flag (default: the server's)")
     ap.add_argument("--max-batch", type=int, default=None, help="server flag (default: the server's)")
