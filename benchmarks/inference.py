@@ -409,8 +409,8 @@ def main() -> None:
     ap.add_argument("--sst2-model", default=str(ROOT / "runs" / "deploy" / "sst2" / "model"),
                     help="accuracy / traffic: fine-tuned classifier dir (trained here if missing)")  # fmt: skip
     ap.add_argument("--train-preset", default="albert-small", help="accuracy: shape of the model trained")
-    ap.add_argument("--train-layers", type=int, default=6)
-    ap.add_argument("--train-steps", type=int, default=500)
+    ap.add_argument("--train-layers", type=int, default=4)
+    ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
