@@ -327,7 +327,7 @@ def accuracy(args: argparse.Namespace) -> dict:
     engines = {**build_ours(model_dir, work, args.threads), **build_peer(model_dir, work / "peer", args.threads)}
     texts, labels = read_sst2("dev.tsv")
     tok = load_tokenizer(model_dir)
-    ids = [row[:128] for row in tok.encode_batch(texts)]
+    ids = [row[:128] for row in tok.encode_batch(texts, add_special_tokens=True)]  # [CLS] ... [SEP], as trained
     result: dict = {"model": str(model_dir), "dev_examples": len(texts)}
     for name, engine in engines.items():
         pred = logits_of(engine, ids, tok.pad_id).argmax(-1)
