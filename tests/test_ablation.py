@@ -87,3 +87,27 @@ def test_pair_sets_are_balanced_and_separate_the_contrasts(corpus):
     assert r["sop_acc"] == 0.5 and r["sop_n"] == 100
     assert (r["sop_ci95_low"], r["sop_ci95_high"]) == pytest.approx(wilson_interval(50, 100))
     assert wilson_interval(50, 100) == pytest.approx((0.4038, 0.5962), abs=1e-4)
+
+
+def test_analyze_pairs_cli_scores_a_model_and_names_a_file_without_pairs(corpus, tmp_path, capsys):
+    from albertlm.cli import main
+    from albertlm.config import AlbertConfig
+    from albertlm.heads import AlbertForPreTraining
+    from albertlm.tokenizer_training import train_sentencepiece
+
+    tok = train_sentencepiece([corpus / "train.txt"], tmp_path / "model", vocab_size=500, seed=0)
+    AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,
+                                      intermediate_size=64, embedding_size=16, num_hidden_layers=1)).save_pretrained(
+        tmp_path / "model")  # fmt: skip
+    out = tmp_path / "pairs.json"
+    args = ["analyze", "pairs", "--model", str(tmp_path / "model"), "--heldout", str(corpus / "heldout.txt"),
+            "--max-seq-length", "48", "--pairs", "30", "--json", str(out)]  # fmt: skip
+    assert main(args) == 0
+    r = json.loads(out.read_text())
+    assert r["sop_n"] == r["nsp_n"] == 60 and r["sop_ci95_low"] <= r["sop_acc"] <= r["sop_ci95_high"]
+    assert "SOP acc" in capsys.readouterr().out
+    one = tmp_path / "one.txt"
+    one.write_text("Only one document here.\nIt has two sentences.\n")
+    assert main([*args[:5], str(one)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one.txt" in err[0] and "two documents" in err[0]

@@ -1,7 +1,10 @@
-"""``albertlm analyze layers``: per-layer L2 distance and cosine similarity of input vs output (paper Fig. 1).
+"""``albertlm analyze layers``: per-layer L2 distance and cosine similarity of input vs output (paper Fig. 1);
+``analyze intrinsic``: held-out MLM / pair accuracy on shards; ``analyze pairs``: SOP and NSP accuracy on
+balanced held-out pairs (paper Table 5's contrasts).
 
     albertlm analyze layers --model runs/en/pretrain/final --model runs/en-bert/final \\
         --corpus ../shared/corpus/en/heldout.txt --out docs/results/layers
+    albertlm analyze pairs --model runs/en/final --heldout corpus/en/heldout.txt --max-seq-length 128
 """
 
 from __future__ import annotations
@@ -25,6 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     intr.add_argument("--epochs", type=int, default=5, help="re-drawings of the dynamic held-out pairs")
     intr.add_argument("--json", help="also write the result here")
     intr.set_defaults(func=run_intrinsic)
+    pairs = what.add_parser("pairs", help="SOP and NSP accuracy on balanced held-out pairs, with 95%% intervals")
+    pairs.add_argument("--model", required=True, help="pretrained model directory (AlbertForPreTraining)")
+    pairs.add_argument("--heldout", required=True, help="held-out corpus file (one sentence per line, blank "
+                       "line between documents)")  # fmt: skip
+    pairs.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
+    pairs.add_argument("--max-seq-length", type=int, default=128, help="tokens per pair (default: 128)")
+    pairs.add_argument("--pairs", type=int, default=1000, help="true pairs per contrast (default: 1000)")
+    pairs.add_argument("--seed", type=int, default=0, help="which segments and negatives (default: 0)")
+    pairs.add_argument("--json", help="also write the result here")
+    pairs.set_defaults(func=run_pairs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,4 +67,26 @@ def run_intrinsic(args: argparse.Namespace) -> int:
           f"{r['mlm_acc_baseline']:.4f} / {r['mlm_acc_at_mask_baseline']:.4f}), "
           f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
           f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
+    return 0
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    import json
+
+    from albertlm.analysis import build_pair_sets, pair_accuracy
+    from albertlm.files import write_text_atomic
+    from albertlm.heads import AlbertForPreTraining
+    from albertlm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer or args.model)
+    sets = build_pair_sets(args.heldout, tok, args.max_seq_length, args.pairs, args.seed)
+    model = AlbertForPreTraining.from_pretrained(args.model)
+    r = {"model": args.model, "heldout": args.heldout, **pair_accuracy(model, sets["sop"], tok.pad_id),
+         **pair_accuracy(model, sets["nsp"], tok.pad_id)}  # fmt: skip
+    if args.json:
+        write_text_atomic(args.json, json.dumps(r, indent=1) + "\n")
+    print(f"{args.model} on {r['sop_n']} balanced pairs per contrast from {args.heldout} (one label scores 0.500): "
+          f"SOP acc {r['sop_acc']:.4f} [{r['sop_ci95_low']:.4f}, {r['sop_ci95_high']:.4f}], "
+          f"NSP acc {r['nsp_acc']:.4f} [{r['nsp_ci95_low']:.4f}, {r['nsp_ci95_high']:.4f}]"
+          + (f"; wrote {args.json}" if args.json else ""))
     return 0
