@@ -85,7 +85,8 @@ def run_pairs(args: argparse.Namespace) -> int:
          **pair_accuracy(model, sets["nsp"], tok.pad_id)}  # fmt: skip
     if args.json:
         write_text_atomic(args.json, json.dumps(r, indent=1) + "\n")
-    print(f"{args.model} on {r['sop_n']} balanced pairs per contrast from {args.heldout} (one label scores 0.500): "
+    print(f"{args.model} on {r['sop_n'] // 2} held-out pairs from {args.heldout}, each with its negative "
+          f"({r['sop_n']} items per contrast; one label scores 0.500): "
           f"SOP acc {r['sop_acc']:.4f} [{r['sop_ci95_low']:.4f}, {r['sop_ci95_high']:.4f}], "
           f"NSP acc {r['nsp_acc']:.4f} [{r['nsp_ci95_low']:.4f}, {r['nsp_ci95_high']:.4f}]"
           + (f"; wrote {args.json}" if args.json else ""))
