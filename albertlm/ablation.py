@@ -276,8 +276,9 @@ def report(s: StudySettings, results: list[dict[str, Any]]) -> tuple[Path, ...]:
         if "paper" in head:
             cells.append(r.get("paper", ""))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Pair accuracies on {results[0]['pairs']} balanced held-out pairs per contrast (each true pair "
-              "with its swapped / random-next counterpart): answering one label scores 0.500."]
+    n = results[0]["pairs"]
+    lines += ["", f"Pair accuracies on {n // 2} held-out pairs per contrast, each scored with its negative (swapped "
+              f"for SOP, another document's segment for NSP; {n} items): answering one label scores 0.500."]
     write_text_atomic(out / "study.md", "\n".join(lines) + "\n")
     import matplotlib
 
