@@ -1,8 +1,11 @@
-"""Paper Figure 1: how much each layer changes its input, for shared (ALBERT) and unshared (BERT) models.
+"""Analyses of trained models.
 
-For every computed layer l, over the real tokens of sentences from a corpus file: the mean L2 distance
-and the mean cosine similarity between the layer's input h_{l-1} and output h_l. The paper finds the
-transitions smooth for ALBERT (sharing stabilises the parameters) and oscillating for BERT.
+Paper Figure 1 (``layer_transitions``): for every computed layer l, over the real tokens of sentences from a
+corpus file, the mean L2 distance and cosine similarity between the layer's input h_{l-1} and output h_l;
+the paper finds the transitions smooth for ALBERT (sharing stabilises the parameters) and oscillating for
+BERT. Held-out intrinsic scores (``heldout_scores``, ``intrinsic_accuracy``: MLM and pair accuracy on
+shards, beside the no-model baselines) and paper Table 5's contrasts on balanced held-out pairs
+(``build_pair_sets``, ``pair_accuracy``: SOP and NSP, each true pair scored with its negative).
 """
 
 from __future__ import annotations
