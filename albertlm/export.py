@@ -10,6 +10,13 @@ An exported directory is self-contained: ``model.onnx`` (fp32), optionally ``mod
 measured export error, the sha256 of every file). Needs the ``deploy`` extra (onnx, onnxruntime); the
 package imports without it.
 
+``--calibration FILE`` (with ``--quantize int8``) adds ``model.openvino-int8.xml`` / ``.bin`` for
+``--engine openvino``: NNCF's static int8 of the fp32 graph, activations as well as weights, their ranges
+measured on the file's inputs (lines as ``albertlm predict`` reads them). onnxruntime's dynamic int8
+quantizes activations per batch at run time and needs no data; a static graph skips that work and
+OpenVINO runs its matmuls on the CPU's int8 units (VNNI, AMX), at the price of calibration inputs that
+must look like the served ones (needs the ``openvino`` extra: openvino, nncf).
+
 An export is written into a temp folder inside ``--out`` and moved into place only when complete, with
 ``deploy.json`` last: an export killed part-way leaves the previous one working, and a half-swapped
 folder fails its checksums (one line: export again) instead of serving a mix of two exports.
@@ -45,12 +52,23 @@ from torch import nn
 
 from albertlm.checkpoint import sha256
 from albertlm.config import AlbertConfig
-from albertlm.errors import UserError
+from albertlm.errors import DataError, UserError
 from albertlm.heads import HEADS
-from albertlm.inference import MANIFEST_FILE, OnnxSession, TorchEngine, architecture_of, load_torch_model, require
+from albertlm.inference import (
+    MANIFEST_FILE,
+    OPENVINO_INT8,
+    OnnxSession,
+    OpenVinoSession,
+    TorchEngine,
+    architecture_of,
+    load_torch_model,
+    require,
+)
 from albertlm.onnx_fusion import fuse_for_onnxruntime, ort_attention
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
+OPENVINO_INT8_FILE = "model.openvino-int8.xml"  # + .bin: NNCF's static int8, for --engine openvino
+CALIBRATION_SIZE = 300  # inputs read for int8 calibration (NNCF's own default subset)
 EXPORT_MARK = ".albertlm-export"  # in an export's temp folder: a killed export's leftovers are ours to remove
 DEFAULT_OPSET = 17
 # ORT op types quantized: MatMul/Gemm are the encoder and heads; Gather is the V x E embedding table,
@@ -128,10 +146,13 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     tokenizer_dir: str | Path | None = None,
     graph: str = "ort",
+    calibration: str | Path | None = None,
 ) -> dict[str, Any]:
     """Export ``model_dir`` to ``out_dir`` (see the module docstring); returns the manifest written.
 
     ``graph="ort"`` writes onnxruntime's fused contrib ops (fastest there); ``"standard"`` plain ONNX.
+    ``calibration`` (with ``quantize="int8"``): a file of inputs as ``albertlm predict`` reads them; the
+    export then also writes OpenVINO's static int8 file, calibrated on its first ``CALIBRATION_SIZE``.
 
     The fp32 graph is checked against PyTorch on a batch of another shape than the traced one (so the
     dynamic axes are exercised); the max abs difference is recorded in the manifest.
@@ -143,7 +164,12 @@ def export_onnx(
         raise UserError(f"--quantize {quantize!r} is not supported; use int8 or leave it out")
     if graph not in GRAPHS:
         raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
+    if calibration is not None and quantize != "int8":
+        raise UserError("--calibration calibrates int8: add --quantize int8")
     arch = architecture_of(model_dir)
+    tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
+    # read before anything is written: a bad calibration file ends the export with nothing half-made
+    feeds = calibration_inputs(model_dir, tok_src, Path(calibration)) if calibration is not None else None
     model = load_torch_model(model_dir)
     head = HEADS[arch]
     outputs, inputs = head.outputs, head.inputs
@@ -195,11 +221,17 @@ def export_onnx(
             manifest["files"]["int8"] = INT8_FILE
             manifest["int8_max_abs_diff"] = max_abs_diff(model, OnnxSession(out_dir / INT8_FILE), check)
             manifest["int8_report"] = quantization_report(out_dir / INT8_FILE)
+        if feeds is not None:
+            quantize_openvino_int8(fp32_path, feeds, out_dir / OPENVINO_INT8_FILE)
+            manifest["files"][OPENVINO_INT8] = OPENVINO_INT8_FILE
+            manifest["files"]["openvino_int8_weights"] = OPENVINO_INT8_FILE.replace(".xml", ".bin")
+            ov_int8 = OpenVinoSession(out_dir / OPENVINO_INT8_FILE, hint="f32", outputs=list(outputs))
+            manifest["openvino_int8_max_abs_diff"] = max_abs_diff(model, ov_int8, check)
+            manifest["openvino_int8_calibration"] = {"file": Path(calibration).name, "batches": len(feeds)}
         manifest["sizes_bytes"] = {k: (out_dir / f).stat().st_size for k, f in manifest["files"].items()}
 
         # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
         shutil.copyfile(model_dir / "config.json", out_dir / "config.json")
-        tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
         manifest["tokenizer"] = _copy_tokenizer(tok_src, out_dir)
         written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
         manifest["sha256"] = {name: sha256(out_dir / name) for name in written}
@@ -301,7 +333,46 @@ def quantization_report(path: str | Path) -> dict[str, int]:
     }
 
 
-def max_abs_diff(model: nn.Module, session: OnnxSession, inputs: dict[str, torch.Tensor]) -> float:
+def calibration_inputs(model_dir: Path, tokenizer_dir: Path, path: Path) -> list[dict[str, np.ndarray]]:
+    """The first ``CALIBRATION_SIZE`` inputs of ``path`` (lines as ``albertlm predict`` reads them: plain text
+    or JSON objects; blank lines skipped), encoded for the model one at a time: no padding in the
+    statistics."""
+    from albertlm.inference import Predictor
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--calibration {path} does not exist; give a file of inputs, one per line, "
+                                "like those the model will serve")  # fmt: skip
+    predictor = Predictor.load(model_dir, tokenizer=tokenizer_dir, precision="fp32", overrides={"eval_batch_size": 1})
+    examples = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                examples.append(predictor.parse_line(line, f"{path}:{n}"))
+            if len(examples) == CALIBRATION_SIZE:
+                break
+    if not examples:
+        raise DataError(f"--calibration {path} holds no inputs; give lines like those the model will serve")
+    return predictor.inputs(examples)
+
+
+def quantize_openvino_int8(fp32_path: Path, feeds: list[dict[str, np.ndarray]], xml_path: Path) -> Path:
+    """Static int8 by NNCF (weights and activations; the activation ranges from ``feeds``), saved as an
+    OpenVINO IR (``.xml`` + ``.bin``). ``ModelType.TRANSFORMER`` keeps softmax, LayerNorm and GELU in float
+    and applies SmoothQuant to the matmuls' inputs."""
+    ov = require("openvino")
+    nncf = require("nncf")
+    import logging
+
+    logging.getLogger("nncf").setLevel(logging.ERROR)  # progress bars and hints: the export prints one line
+    model = ov.Core().read_model(str(fp32_path))
+    names = [port.get_any_name() for port in model.inputs]
+    dataset = nncf.Dataset(feeds, lambda feed: {name: feed[name] for name in names if name in feed})
+    quantized = nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))
+    ov.save_model(quantized, str(xml_path), compress_to_fp16=False)
+    return xml_path
+
+
+def max_abs_diff(model: nn.Module, session: Any, inputs: dict[str, torch.Tensor]) -> float:
     """Largest |torch - onnx| over every float output, both run through the inference engines' one call.
     (Top-k indices are left out: among tied candidates either order is right; their scores are compared.)"""
     batch = {k: v.numpy() for k, v in inputs.items()}

@@ -9,8 +9,8 @@ fine-tuning's evaluation and the benchmarks.
 
 An engine maps a batch of int64 arrays (``input_ids``, ``attention_mask``, ``token_type_ids``, and
 ``p_mask`` for the SQuAD 2.0 head) to the head's named outputs as numpy arrays; ``TorchEngine`` runs the
-PyTorch model, ``OnnxEngine`` an exported graph through onnxruntime, ``OpenVinoEngine`` the same export's
-fp32 graph through OpenVINO (bf16 on CPUs with native bf16). Everything else (encoding with QA windows
+PyTorch model, ``OnnxEngine`` an exported graph through onnxruntime, ``OpenVinoEngine`` the same export
+through OpenVINO (its fp32 graph in fp32 or bf16, or its NNCF int8 file). Everything else (encoding with QA windows
 and word alignment, length-bucketed batching, decoding, scoring, the rows users see) is the same code
 for every engine, taken from the model's task kind (``albertlm.tasks.kinds``).
 """
@@ -18,6 +18,7 @@ for every engine, taken from the model's task kind (``albertlm.tasks.kinds``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,12 @@ from albertlm.tokenizer import Tokenizer, load_tokenizer
 DEPLOY_HINT = "pip install 'albertlm[deploy]'"
 TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
 MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
+OPENVINO_INT8 = "openvino_int8"  # deploy.json's key for the NNCF-quantized OpenVINO IR, when exported
 ENGINES = ("torch", "onnx", "openvino")
 PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
 # What needs an optional module and how to install it; every module not named here is in the deploy extra.
-INSTALL = {"openvino": ("--engine openvino", "pip install openvino")}
+INSTALL = {"openvino": ("--engine openvino", "pip install 'albertlm[openvino]'"),
+           "nncf": ("OpenVINO int8 (--calibration)", "pip install 'albertlm[openvino]'")}
 
 
 def require(module: str) -> Any:
@@ -209,23 +212,63 @@ class OnnxEngine(_Export, OnnxSession):
         self.precision = "int8" if use_int8 else "fp32"
 
 
+class OpenVinoSession:
+    """One OpenVINO CPU compilation of a graph file (ONNX or OpenVINO IR): ``{input: array} -> {output: array}``.
+
+    ``hint`` is what the matmuls and activations not quantized compute in (``"bf16"`` or ``"f32"``); a graph
+    with int8 nodes (an NNCF-quantized IR) runs those in int8 either way. The model is compiled once with
+    dynamic batch and sequence axes; OpenVINO's CPU plugin caches its kernels per input shape itself (a new
+    shape's first call costs one extra run's time). Not thread-safe: one infer request, reused.
+    """
+
+    def __init__(self, path: str | Path, threads: int | None = None, hint: str = "f32",
+                 outputs: list[str] | None = None):  # fmt: skip
+        ov = require("openvino")
+        core = ov.Core()
+        # LATENCY: one stream, all threads on one request, as the Predictor sends one batch at a time
+        settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            settings["INFERENCE_NUM_THREADS"] = threads
+        self.path = Path(path)
+        try:
+            self.compiled = core.compile_model(core.read_model(str(path)), "CPU", settings)
+        except RuntimeError as e:  # OpenVINO raises RuntimeError (conversion or compile failures)
+            raise DataError(f"{path}: OpenVINO cannot load this graph ({str(e).strip().splitlines()[-1][:200]}); "
+                            "export it again") from None  # fmt: skip
+        # An output tensor can carry several names (the head's, and the node's that made it): keep them all.
+        self.ports = {name: port for port in self.compiled.outputs for name in port.get_names()}
+        self.input_names = [port.get_any_name() for port in self.compiled.inputs]
+        self.hint = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # as OpenVINO took it
+        missing = [name for name in outputs or [] if name not in self.ports]
+        if missing:
+            raise DataError(f"{path} has no output {', '.join(missing)}; export it again")
+        self.output_names = outputs or [port.get_any_name() for port in self.compiled.outputs]
+        self.request = self.compiled.create_infer_request()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = self.request.infer(graph_feeds(batch, self.input_names))  # outputs are copies (share_outputs=False)
+        return {name: out[self.ports[name]] for name in self.output_names}
+
+
 class OpenVinoEngine(_Export):
     """An exported directory run by OpenVINO on the CPU.
 
-    It runs the fp32 graph of either ``--graph``: OpenVINO's ONNX frontend converts onnxruntime's
+    fp32 / bf16 run the fp32 graph of either ``--graph``: OpenVINO's ONNX frontend converts onnxruntime's
     Attention, FastGelu and SkipLayerNormalization, so the default export needs no other flag (every head
-    matches torch to ~1e-6 in f32 on both graphs; at albert-base shape both run at the same speed). The
-    int8 graph's QAttention it cannot read: int8 stays onnxruntime's. The model is compiled once with
-    dynamic batch and sequence axes; OpenVINO's CPU plugin caches its kernels per input shape itself (a
-    new shape's first call costs one extra run's time), so the Predictor's length buckets need nothing more.
+    matches torch to ~1e-6 in f32 on both graphs; at albert-base shape both run at the same speed).
+    onnxruntime's int8 graph (QAttention) it cannot read; int8 here is the export's own OpenVINO file,
+    ``model.openvino-int8.xml``, statically quantized by NNCF on calibration inputs
+    (``albertlm export --quantize int8 --calibration FILE``): int8 activations as well as weights, which
+    OpenVINO multiplies with VNNI / AMX int8 instructions.
 
-    ``precision`` is ``"bf16"`` or ``"fp32"``, what the matmuls and activations compute in. ``"auto"``
-    is bf16 where the CPU computes it natively (AVX512-BF16 or AMX; OpenVINO's own default there) and
-    fp32 elsewhere (asking for bf16 there is an error). Measured on 2 shared cores of a Xeon
-    with AMX, albert-base shape, seq 128: bf16 2-4x faster than f32, as fast as onnxruntime int8 or
-    faster; f32 runs as onnxruntime fp32. bf16 moves probabilities by ~3e-3 and QA scores by ~1% (the
-    tolerances in tests/test_inference.py). Not thread-safe: one infer request, reused (the server
-    calls its engine under one lock).
+    ``precision``: ``"int8"`` that file (its unquantized ops in bf16 where the CPU has it), ``"bf16"`` or
+    ``"fp32"`` what the fp32 graph's matmuls and activations compute in; ``"auto"`` is int8 when the export
+    has the file (that is why it was exported), else bf16 where the CPU computes it natively (AVX512-BF16 or
+    AMX; OpenVINO's own default there), else fp32 (asking for bf16 there is an error). Measured on 2 shared
+    cores of a Xeon with AMX, albert-base shape, seq 128: bf16 2-4x faster than f32, as fast as onnxruntime
+    int8 or faster; f32 runs as onnxruntime fp32; int8 faster than both (docs/results/deploy). bf16 moves
+    probabilities by ~3e-3 and QA scores by ~1% (the tolerances in tests/test_inference.py). Not
+    thread-safe (the server calls its engine under one lock).
     """
 
     name = "openvino"
@@ -233,38 +276,23 @@ class OpenVinoEngine(_Export):
     def __init__(self, directory: str | Path, threads: int | None = None, precision: str = "auto"):
         ov = require("openvino")
         files = self._open_export(directory)
-        core = ov.Core()
-        native_bf16 = cpu_has_bf16(core)
-        if precision not in ("auto", "fp32", "bf16"):
-            raise UserError(f"--engine openvino computes in fp32 or bf16, not {precision!r}")
+        native_bf16 = cpu_has_bf16(ov.Core())
+        if precision not in ("auto", "fp32", "bf16", "int8"):
+            raise UserError(f"--engine openvino computes in int8, bf16 or fp32, not {precision!r}")
         if precision == "bf16" and not native_bf16:
             raise UserError("this CPU does not compute bf16 natively (no AVX512-BF16 or AMX); use --precision fp32")
-        hint = "bf16" if precision == "bf16" or (precision == "auto" and native_bf16) else "f32"
-        # LATENCY: one stream, all threads on one request, as the Predictor sends one batch at a time
-        settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
-        if threads:
-            settings["INFERENCE_NUM_THREADS"] = threads
-        path = self.directory / files["fp32"]
-        try:
-            compiled = core.compile_model(core.read_model(str(path)), "CPU", settings)
-        except RuntimeError as e:  # OpenVINO raises RuntimeError (conversion or compile failures)
-            raise DataError(f"{path}: OpenVINO cannot load this graph ({str(e).strip().splitlines()[-1][:200]}); "
-                            "export it again") from None  # fmt: skip
-        # An output tensor can carry several names (the head's, and the node's that made it): map the head's.
-        ports = {name: port for port in compiled.outputs for name in port.get_names()}
-        missing = [name for name in self.head.outputs if name not in ports]
-        if missing:
-            raise DataError(f"{path} has no output {', '.join(missing)} of {self.architecture}; export it again")
-        self.path, self.compiled = path, compiled
-        taken = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # as OpenVINO took it
-        self.precision = "fp32" if taken == "f32" else taken
-        self.input_names = [port.get_any_name() for port in compiled.inputs]
-        self.output_ports = {name: ports[name] for name in self.head.outputs}
-        self.request = compiled.create_infer_request()
+        if precision == "int8" and OPENVINO_INT8 not in files:
+            raise FileNotFoundError(f"{directory} has no OpenVINO int8 file; export with --quantize int8 "
+                                    "--calibration FILE (inputs like the ones you will serve)")  # fmt: skip
+        int8 = precision == "int8" or (precision == "auto" and OPENVINO_INT8 in files)
+        hint = "bf16" if precision == "bf16" or (precision in ("auto", "int8") and native_bf16) else "f32"
+        self.session = OpenVinoSession(self.directory / files[OPENVINO_INT8 if int8 else "fp32"], threads, hint,
+                                       list(self.head.outputs))  # fmt: skip
+        self.path = self.session.path
+        self.precision = "int8" if int8 else ("fp32" if self.session.hint == "f32" else self.session.hint)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        out = self.request.infer(graph_feeds(batch, self.input_names))  # outputs are copies (share_outputs=False)
-        return {name: out[port] for name, port in self.output_ports.items()}
+        return self.session(batch)
 
 
 def cpu_has_bf16(core: Any) -> bool:
@@ -293,17 +321,19 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
                 precision: str = "auto") -> Engine:  # fmt: skip
     """``engine="torch"`` reads an HF-layout model dir; ``"onnx"`` and ``"openvino"`` an exported dir.
 
-    ``precision`` is the one knob for every engine: ``auto`` (torch and openvino: bf16 where the CPU
-    computes it natively, else fp32; onnx: the int8 graph when the export has one), ``fp32`` (always
-    possible), ``bf16`` (torch, openvino) or ``int8`` (onnx). A precision an engine lacks is an error.
+    ``precision`` is the one knob for every engine: ``auto`` (torch: bf16 where the CPU computes it
+    natively, else fp32; onnx: the int8 graph when the export has one; openvino: its int8 file when the
+    export has one, else as torch), ``fp32`` (always possible), ``bf16`` (torch, openvino) or ``int8``
+    (onnx, openvino; an export made with --quantize int8, and --calibration for openvino). A precision an
+    engine lacks is an error.
     """
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    lacks = {"torch": "int8", "openvino": "int8", "onnx": "bf16"}[engine]
+    lacks = {"torch": "int8", "onnx": "bf16"}.get(engine)
     if precision == lacks:
-        hint = "int8 is the onnx engine's (onnxruntime's dynamic int8)" if lacks == "int8" else (
+        hint = "int8 runs on an export: --engine onnx or openvino" if lacks == "int8" else (
             "onnxruntime has no bf16 CPU kernels for this graph; bf16 runs on --engine openvino or torch")
         raise UserError(f"--engine {engine} has no {precision}: {hint}")
     if engine == "onnx":
@@ -400,13 +430,24 @@ class Predictor:
         enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
         return self.kind.decode(examples, enc, self.forward(enc.features), self.settings, self.config, self.info)
 
+    def batches(self, feats: list[dict]) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
+        """(feature indices, the engine's input arrays) per length-bucketed batch: what the engine is fed."""
+        for idx in F.batches(feats, self.settings.eval_batch_size, None, self.settings.bucketing):
+            batch = F.collate([feats[i] for i in idx], self.tokenizer.pad_id)
+            yield idx, {k: v.numpy() for k, v in batch.items()}
+
+    def inputs(self, examples: list) -> list[dict[str, np.ndarray]]:
+        """The engine's input batches for ``examples``, encoded and batched as ``answers`` would feed them
+        (int8 calibration reads these)."""
+        enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
+        return [feed for _, feed in self.batches(enc.features)]
+
     def forward(self, feats: list[dict]) -> dict[str, list]:
         """Raw head outputs per feature, in feature order (rows trimmed of nothing: padding stays)."""
         out: dict[str, list] = {}
         order: list[int] = []
-        for idx in F.batches(feats, self.settings.eval_batch_size, None, self.settings.bucketing):
-            batch = F.collate([feats[i] for i in idx], self.tokenizer.pad_id)
-            result = self.engine({k: v.numpy() for k, v in batch.items()})
+        for idx, feed in self.batches(feats):
+            result = self.engine(feed)
             order.extend(idx)
             for name, value in result.items():
                 out.setdefault(name, []).extend(value)
@@ -441,5 +482,5 @@ class Predictor:
                              for i, (q, c) in enumerate(zip(questions, contexts, strict=True))])  # fmt: skip
 
 
-__all__ = ["Engine", "OnnxEngine", "OnnxSession", "OpenVinoEngine", "Predictor", "TorchEngine", "load_engine",
-           "load_torch_model", "require"]  # fmt: skip
+__all__ = ["Engine", "OnnxEngine", "OnnxSession", "OpenVinoEngine", "OpenVinoSession", "Predictor", "TorchEngine",
+           "load_engine", "load_torch_model", "require"]  # fmt: skip

@@ -49,8 +49,8 @@ from timing import torch_gemm_tflops
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.export import export_onnx, quantize_int8
-from albertlm.inference import OnnxEngine, OnnxSession, OpenVinoEngine, Predictor, TorchEngine
+from albertlm.export import calibration_inputs, export_onnx, quantize_int8, quantize_openvino_int8
+from albertlm.inference import OnnxEngine, OnnxSession, OpenVinoEngine, OpenVinoSession, Predictor, TorchEngine
 from albertlm.model import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,9 +76,10 @@ def machine() -> str:
 
 
 # --------------------------------------------------------------------------- engines
-def build_peer(model_dir: Path, work: Path, threads: int) -> dict[str, OnnxSession]:
+def build_peer(model_dir: Path, work: Path, threads: int, calibration: list[dict] | None = None) -> dict:
     """What a user does without us: export transformers' model with torch.onnx.export, run onnxruntime's
-    transformer optimizer for BERT-like models, then dynamic int8 on the optimized graph."""
+    transformer optimizer for BERT-like models, then dynamic int8 on the optimized graph; the same exported
+    graph under OpenVINO, and (given calibration batches) NNCF's static int8 of it, as ours gets."""
     import transformers
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -98,7 +99,10 @@ def build_peer(model_dir: Path, work: Path, threads: int) -> dict[str, OnnxSessi
     quantize_int8(opt, int8)  # quantize_dynamic, int8 weights, DefaultTensorType FLOAT: the issue's recipe
     peers = {"peer-onnx-fp32": OnnxSession(opt, threads), "peer-onnx-int8": OnnxSession(int8, threads)}
     for precision in openvino_precisions():
-        peers[f"peer-openvino-{precision}"] = PeerOpenVino(raw, threads, precision)
+        peers[f"peer-openvino-{precision}"] = OpenVinoSession(raw, threads, HINT[precision], ["logits"])
+    if calibration is not None:
+        xml = quantize_openvino_int8(raw, calibration, work / "peer-openvino-int8.xml")
+        peers["peer-openvino-int8"] = OpenVinoSession(xml, threads, HINT[openvino_precisions()[-1]], ["logits"])
     return peers
 
 
@@ -111,27 +115,22 @@ def openvino_precisions() -> tuple[str, ...]:
     return ("fp32", "bf16") if cpu_has_bf16(ov.Core()) else ("fp32",)
 
 
-class PeerOpenVino:
-    """transformers' model, exported with torch.onnx.export, compiled by OpenVINO as a user would."""
-
-    def __init__(self, path: Path, threads: int, precision: str):
-        import openvino as ov
-
-        core = ov.Core()
-        hint = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32", "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_NUM_THREADS": threads}  # fmt: skip
-        self.path = path
-        self.compiled = core.compile_model(core.read_model(str(path)), "CPU", hint)
-        self.request = self.compiled.create_infer_request()
-
-    def __call__(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = self.request.infer(feed)
-        return {"logits": out[self.compiled.outputs[0]]}
+HINT = {"fp32": "f32", "bf16": "bf16"}  # OpenVINO's name for each precision (int8's other ops: the best)
 
 
-def build_ours(model_dir: Path, work: Path, threads: int) -> dict:
-    export_onnx(model_dir, work / "ours", quantize="int8")
-    return {"ours-onnx-fp32": OnnxEngine(work / "ours", threads, "fp32"),
+def build_ours(model_dir: Path, work: Path, threads: int, calibration: Path | list[dict] | None = None) -> dict:
+    """Our export under onnxruntime (fp32, int8) and OpenVINO (fp32, bf16; int8 when calibration is given:
+    a file of inputs goes through ``albertlm export --calibration``, batches straight to NNCF, for a model
+    directory without a tokenizer), and albertlm in torch."""
+    from_file = calibration if isinstance(calibration, Path) else None
+    export_onnx(model_dir, work / "ours", quantize="int8", calibration=from_file)
+    engines = {}
+    if isinstance(calibration, Path):
+        engines["ours-openvino-int8"] = OpenVinoEngine(work / "ours", threads, "int8")
+    elif calibration is not None:
+        xml = quantize_openvino_int8(work / "ours" / "model.onnx", calibration, work / "ours-openvino-int8.xml")
+        engines["ours-openvino-int8"] = OpenVinoSession(xml, threads, HINT[openvino_precisions()[-1]], ["logits"])
+    return {**engines, "ours-onnx-fp32": OnnxEngine(work / "ours", threads, "fp32"),
             "ours-onnx-int8": OnnxEngine(work / "ours", threads, "int8"),
             "ours-torch-fp32": TorchEngine.load(model_dir, threads, precision="fp32"),
             "ours-torch-bf16": TorchEngine.load(model_dir, threads, precision="bf16"),
@@ -144,8 +143,9 @@ def file_mb(path: Path) -> float:
 
 # --------------------------------------------------------------------------- GEMM rates
 def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
-    """TFLOP/s (TOPS for int8) of onnxruntime's fp32 and int8 MatMul and torch's fp32 and bf16 matmul on
-    4096x768 @ 768x3072, the FFN-in product of albert-base at 32 x 128 tokens: the ceiling of each engine."""
+    """TFLOP/s (TOPS for int8) of onnxruntime's fp32 and int8 MatMul, OpenVINO's NNCF-int8 MatMul and torch's
+    fp32 and bf16 matmul on 4096x768 @ 768x3072, the FFN-in product of albert-base at 32 x 128 tokens: the
+    ceiling of each engine."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -164,24 +164,32 @@ def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
         int8 = quantize_int8(fp32, Path(tmp) / "gemm-int8.onnx")
         for name, path in (("ort-fp32", fp32), ("ort-int8", int8)):
-            session = OnnxSession(path, threads)
-            feed = {"x": x}
-            session.session.run(None, feed)
-            ts = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                session.session.run(None, feed)
-                ts.append(time.perf_counter() - t)
-            out[name] = flops / statistics.median(ts) / 1e12
+            ort = OnnxSession(path, threads)
+            out[name] = flops / _median_time(lambda s=ort: s.session.run(None, {"x": x}), reps) / 1e12
+        xml = quantize_openvino_int8(fp32, [{"x": x}], Path(tmp) / "gemm-int8.xml")  # NNCF, as the engines
+        ov = OpenVinoSession(xml, threads, "f32")
+        out["openvino-int8"] = flops / _median_time(lambda: ov.request.infer({"x": x}), reps) / 1e12
     out["torch-fp32"] = torch_gemm_tflops(torch.float32, m, k, n, reps)
     out["torch-bf16"] = torch_gemm_tflops(torch.bfloat16, m, k, n, reps)
     return out
 
 
+def _median_time(fn, reps: int) -> float:
+    """Median seconds of ``fn()`` over ``reps`` calls, after one untimed call."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
 GEMM_OF = {"ours-onnx-fp32": "ort-fp32", "peer-onnx-fp32": "ort-fp32", "ours-onnx-int8": "ort-int8",
            "peer-onnx-int8": "ort-int8", "ours-torch-fp32": "torch-fp32", "ours-torch-bf16": "torch-bf16",
            "hf-torch": "torch-fp32", "ours-openvino-fp32": "torch-fp32", "peer-openvino-fp32": "torch-fp32",
-           "ours-openvino-bf16": "torch-bf16", "peer-openvino-bf16": "torch-bf16"}  # OpenVINO and torch share oneDNN
+           "ours-openvino-bf16": "torch-bf16", "peer-openvino-bf16": "torch-bf16",  # OpenVINO and torch share oneDNN
+           "ours-openvino-int8": "openvino-int8", "peer-openvino-int8": "openvino-int8"}
 
 
 # --------------------------------------------------------------------------- speed
@@ -197,8 +205,15 @@ def speed(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="albertlm-bench-"))
     config = AlbertConfig.from_preset(args.preset, id2label=LABELS)
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
-    engines = build_ours(work / "model", work, args.threads)
-    engines.update(build_peer(work / "model", work / "peer", args.threads))
+    # int8 calibration batches for OpenVINO (random ids here: the weights are random too), the same on both sides
+    g = torch.Generator().manual_seed(1234)
+    calibration = []
+    for length in torch.randint(16, args.seq_len + 1, (args.calibration_size,), generator=g).tolist():
+        ids = torch.randint(5, config.vocab_size, (1, length), generator=g).numpy()
+        calibration.append({"input_ids": ids, "attention_mask": np.ones_like(ids),
+                            "token_type_ids": np.zeros_like(ids)})  # fmt: skip
+    engines = build_ours(work / "model", work, args.threads, calibration)
+    engines.update(build_peer(work / "model", work / "peer", args.threads, calibration))
     hf = transformers.AlbertForSequenceClassification.from_pretrained(work / "model", attn_implementation="sdpa")
     hf.eval()
     sizes = {f"{k}_mb": file_mb(engines[k].path) for k in engines if "-onnx-" in k}
@@ -236,7 +251,11 @@ def speed(args: argparse.Namespace) -> dict:
     ratios = {}
     for batch in (1, 32):
         p = {r["engine"]: r["p50_ms"] for r in rows if r["batch"] == batch}
-        ratios[f"int8_vs_peer_int8_b{batch}"] = p["peer-onnx-int8"] / p["ours-onnx-int8"]
+        ours_int8 = min(p["ours-onnx-int8"], p["ours-openvino-int8"])
+        ratios[f"int8_vs_peer_int8_b{batch}"] = p["peer-onnx-int8"] / ours_int8  # the issue's peer: HF -> ORT int8
+        ratios[f"int8_vs_peer_best_int8_b{batch}"] = min(p["peer-onnx-int8"], p["peer-openvino-int8"]) / ours_int8
+        ratios[f"onnx_int8_vs_peer_onnx_int8_b{batch}"] = p["peer-onnx-int8"] / p["ours-onnx-int8"]
+        ratios[f"openvino_int8_vs_peer_openvino_int8_b{batch}"] = p["peer-openvino-int8"] / p["ours-openvino-int8"]
         ratios[f"fp32_vs_peer_fp32_b{batch}"] = min(p["peer-onnx-fp32"], p["peer-openvino-fp32"]) / min(
             p["ours-onnx-fp32"], p["ours-openvino-fp32"])  # best fp32 on each side
         if "ours-openvino-bf16" in p:
@@ -298,6 +317,14 @@ def train_sst2(out: Path, args: argparse.Namespace) -> Path:
     return out / "model"
 
 
+def calibration_file(work: Path, n: int = 300) -> Path:
+    """The first ``n`` SST-2 training sentences, one per line: the int8 calibration inputs (never dev)."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "calibration.txt"
+    path.write_text("\n".join(read_sst2("train_full.tsv")[0][:n]) + "\n", encoding="utf-8")
+    return path
+
+
 def trained_model(args: argparse.Namespace) -> Path:
     model_dir = Path(args.sst2_model)
     return model_dir if (model_dir / "config.json").is_file() else train_sst2(model_dir.parent, args)
@@ -324,7 +351,10 @@ def accuracy(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     model_dir = trained_model(args)
     work = model_dir.parent / "bench"
-    engines = {**build_ours(model_dir, work, args.threads), **build_peer(model_dir, work / "peer", args.threads)}
+    calibration = calibration_file(work)
+    peer_batches = calibration_inputs(model_dir, model_dir, calibration)  # what our export calibrates on
+    engines = {**build_ours(model_dir, work, args.threads, calibration),
+               **build_peer(model_dir, work / "peer", args.threads, peer_batches)}  # fmt: skip
     texts, labels = read_sst2("dev.tsv")
     tok = load_tokenizer(model_dir)
     ids = [row[:128] for row in tok.encode_batch(texts, add_special_tokens=True)]  # [CLS] ... [SEP], as trained
@@ -334,6 +364,8 @@ def accuracy(args: argparse.Namespace) -> dict:
         result[name] = float(np.mean(pred == np.asarray(labels)))
     result["ours_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["ours-onnx-int8"])
     result["peer_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["peer-onnx-int8"])
+    result["ours_openvino_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["ours-openvino-int8"])
+    result["peer_openvino_int8_drop_points"] = 100 * (result["ours-torch-fp32"] - result["peer-openvino-int8"])
     print(json.dumps(result, indent=2), flush=True)
     return result
 
@@ -346,9 +378,9 @@ def traffic(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     model_dir = trained_model(args)
     work = model_dir.parent / "bench"
-    if not (work / "ours" / "deploy.json").is_file():
-        export_onnx(model_dir, work / "ours", quantize="int8")
-    peer = build_peer(model_dir, work / "peer", args.threads)
+    calibration = calibration_file(work)
+    export_onnx(model_dir, work / "ours", quantize="int8", calibration=calibration)
+    peer = build_peer(model_dir, work / "peer", args.threads, calibration_inputs(model_dir, model_dir, calibration))
     hf_tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     texts, labels = read_sst2("dev.tsv")
 
@@ -371,6 +403,9 @@ def traffic(args: argparse.Namespace) -> dict:
         "ours-onnx-int8": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, precision="int8",
                                                   overrides=settings)),
         "peer-onnx-int8": peer_run(peer["peer-onnx-int8"]),
+        "ours-openvino-int8": ours_run(Predictor.load(work / "ours", engine="openvino", threads=args.threads,
+                                                      precision="int8", overrides=settings)),
+        "peer-openvino-int8": peer_run(peer["peer-openvino-int8"]),
         "ours-onnx-fp32": ours_run(Predictor.load(work / "ours", engine="onnx", threads=args.threads, precision="fp32",
                                                   overrides=settings)),
         "peer-onnx-fp32": peer_run(peer["peer-onnx-fp32"]),
@@ -388,8 +423,10 @@ def traffic(args: argparse.Namespace) -> dict:
             times[name].append(time.perf_counter() - t)
     rows = {k: {"seconds_p50": statistics.median(v), "sentences_per_s": len(texts) / statistics.median(v),
                 "accuracy": acc[k]} for k, v in times.items()}  # fmt: skip
-    ratios = {f"{q}_vs_peer_{q}": rows[f"peer-onnx-{q}"]["seconds_p50"] / rows[f"ours-onnx-{q}"]["seconds_p50"]
-              for q in ("int8", "fp32")}  # fmt: skip
+    t = {k: r["seconds_p50"] for k, r in rows.items()}
+    ratios = {f"{q}_vs_peer_{q}": t[f"peer-onnx-{q}"] / t[f"ours-onnx-{q}"] for q in ("int8", "fp32")}
+    ratios["best_int8_vs_peer_best_int8"] = min(t["peer-onnx-int8"], t["peer-openvino-int8"]) / min(
+        t["ours-onnx-int8"], t["ours-openvino-int8"])
     print("| engine | s per 872 sentences (p50) | sentences/s | SST-2 dev acc |\n|---|---|---|---|")
     for k, r in rows.items():
         print(f"| {k} | {r['seconds_p50']:.2f} | {r['sentences_per_s']:.0f} | {r['accuracy']:.4f} |")
@@ -405,6 +442,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch and onnxruntime intra-op threads")
     ap.add_argument("--rounds", "--reps", type=int, default=20, help="speed: timed rounds at batch 1")
     ap.add_argument("--rounds-large", "--reps-large", type=int, default=5, help="speed: timed rounds at batch 32")
+    ap.add_argument("--calibration-size", type=int, default=64, help="speed: OpenVINO int8 calibration batches")
     ap.add_argument("--traffic-rounds", type=int, default=3, help="traffic: timed passes over SST-2 dev")
     ap.add_argument("--sst2-model", default=str(ROOT / "runs" / "deploy" / "sst2" / "model"),
                     help="accuracy / traffic: fine-tuned classifier dir (trained here if missing)")  # fmt: skip

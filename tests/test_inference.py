@@ -249,16 +249,50 @@ def test_evaluate_scores_through_the_predictor(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[0])["accuracy"] == pytest.approx(accuracy)
 
 
+def test_openvino_static_int8_from_calibration_inputs(tmp_path, capsys):
+    """--calibration writes NNCF's int8 IR; --engine openvino runs it by default, close to torch."""
+    model = _model_dir("sst2", tmp_path)
+    texts, _ = sst2("train_full.tsv", 60)
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(texts[:40]) + "\n\n", encoding="utf-8")  # a blank line is skipped
+    out = tmp_path / "onnx"
+    assert main(["export", "--model", str(model), "--out", str(out), "--quantize", "int8",
+                 "--calibration", str(calib)]) == 0  # fmt: skip
+    assert "OpenVINO int8" in capsys.readouterr().out
+    manifest = json.loads((out / "deploy.json").read_text())
+    assert manifest["files"]["openvino_int8"] == "model.openvino-int8.xml"
+    assert manifest["openvino_int8_calibration"]["batches"] == 40
+    engine = load_engine(out, "openvino", threads=1)  # auto = the int8 file when the export has it
+    assert engine.precision == "int8" and engine.path.name == "model.openvino-int8.xml"
+    held_out = texts[40:]
+    ref = Predictor.load(model, precision="fp32").classify(held_out)
+    got = Predictor.load(out, engine="openvino", threads=1, precision="int8").classify(held_out)
+    agree = np.mean([a["label"] == b["label"] for a, b in zip(ref, got, strict=True)])
+    drift = max(abs(a["score"] - b["score"]) for a, b in zip(ref, got, strict=True))
+    assert agree >= 0.9 and drift < 0.05, (agree, drift)
+    # the manifest's check batch is random ids, outside the calibration's distribution: a looser bound
+    assert 0 < manifest["openvino_int8_max_abs_diff"] < 0.5
+
+    with pytest.raises(UserError, match="add --quantize int8"):
+        export_onnx(model, tmp_path / "x", calibration=calib)
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    assert main(["export", "--model", str(model), "--out", str(tmp_path / "y"), "--quantize", "int8",
+                 "--calibration", str(tmp_path / "empty.txt")]) != 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "holds no inputs" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "y" / "deploy.json").exists()
+
+
 def test_openvino_precision_int8_and_missing_package(tmp_path, monkeypatch, capsys):
     model = _model_dir("sst2", tmp_path)
     out = tmp_path / "onnx"
     export_onnx(model, out, quantize="int8")  # OpenVINO cannot read the int8 graph's QAttention: fp32 is used
     f32 = OpenVinoEngine(out, threads=1, precision="fp32")
-    assert f32.path.name == "model.onnx" and f32.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert f32.path.name == "model.onnx" and f32.session.compiled.get_property("INFERENCE_NUM_THREADS") == 1
     assert f32.precision == "fp32"
-    with pytest.raises(UserError, match="int8 is the onnx engine's"):
-        load_engine(out, "openvino", precision="int8")
-    with pytest.raises(UserError, match="int8 is the onnx engine's"):
+    with pytest.raises(FileNotFoundError, match="--quantize int8 --calibration FILE"):
+        load_engine(out, "openvino", precision="int8")  # no calibrated file in this export
+    with pytest.raises(UserError, match="int8 runs on an export"):
         load_engine(model, "torch", precision="int8")
     with pytest.raises(UserError, match="bf16 runs on --engine openvino or torch"):
         load_engine(out, "onnx", precision="bf16")
@@ -275,4 +309,4 @@ def test_openvino_precision_int8_and_missing_package(tmp_path, monkeypatch, caps
     monkeypatch.setitem(sys.modules, "openvino", None)  # as if not installed: import fails
     assert main(["predict", "--model", str(out), "--input", str(tmp_path / "in.txt"), "--engine", "openvino"]) == 2
     err = capsys.readouterr().err
-    assert "pip install openvino" in err and len(err.strip().splitlines()) == 1
+    assert "pip install 'albertlm[openvino]'" in err and len(err.strip().splitlines()) == 1

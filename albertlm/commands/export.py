@@ -1,8 +1,10 @@
-"""``albertlm export``: a model directory -> a self-contained ONNX directory, optionally int8.
+"""``albertlm export``: a model directory -> a self-contained ONNX directory, optionally int8 (onnxruntime's
+dynamic int8; with --calibration also OpenVINO's static int8).
 
 albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx
 albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx --quantize int8 --opset 17
 albertlm export --model runs/sst2 --format onnx --out runs/sst2-std --graph standard   # plain ONNX ops
+albertlm export --model runs/sst2 --out runs/sst2-onnx --quantize int8 --calibration sentences.txt  # + OpenVINO int8
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export a model to ONNX (every head; optional dynamic int8)")
+    p = sub.add_parser("export", help="export a model to ONNX (every head; optional int8 for onnxruntime and OpenVINO)")
     p.add_argument("--model", required=True, help="HF-layout model directory (config.json + model.safetensors)")
     p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
     p.add_argument("--out", required=True, help="output directory (graph, config.json, tokenizer, deploy.json)")
     p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (onnxruntime dynamic quantization)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="with --quantize int8: also write OpenVINO's static int8 (model.openvino-int8.xml, by NNCF; "
+                        "--engine openvino then runs it), its activation ranges measured on FILE: inputs like "
+                        "those the model will serve, one per line as `albertlm predict` reads them (the first "
+                        "300 are used)")  # fmt: skip
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (>= 14 for the attention export)")
     p.add_argument("--tokenizer", help="tokenizer directory, when the model directory holds none")
     p.add_argument("--graph", choices=["ort", "standard"], default="ort",
@@ -32,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.opset < 14:
         raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")
     manifest = export_onnx(args.model, args.out, quantize=args.quantize, opset=args.opset,
-                           tokenizer_dir=args.tokenizer, graph=args.graph)  # fmt: skip
+                           tokenizer_dir=args.tokenizer, graph=args.graph, calibration=args.calibration)  # fmt: skip
     sizes = manifest["sizes_bytes"]
     line = f"fp32 {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
     if "int8" in sizes:
@@ -41,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
             f", int8 {sizes['int8'] / 1e6:.1f} MB ({sizes['int8'] / sizes['fp32']:.2f}x;"
             f" {r['int8_matmuls']} int8 MatMuls, {r['fp32_weight_matmuls']} left fp32)"
         )
+    if "openvino_int8" in sizes:
+        line += (f", OpenVINO int8 {sizes['openvino_int8_weights'] / 1e6:.1f} MB (max |diff| vs torch "
+                 f"{manifest['openvino_int8_max_abs_diff']:.1e}; calibrated on "
+                 f"{manifest['openvino_int8_calibration']['batches']} inputs)")  # fmt: skip
     if not manifest["tokenizer"]:
         line += "; no tokenizer found (pass --tokenizer DIR for text serving)"
     print(f"wrote {manifest['architecture']} to {args.out}: {line}")
