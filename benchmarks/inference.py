@@ -9,10 +9,13 @@ Engines, timed in alternation (one call of each per round, medians over rounds):
                                     and ``quantize_dynamic`` (int8 weights, DefaultTensorType FLOAT)
   ours-torch-fp32 / ours-torch-bf16 albertlm in PyTorch (bf16 = autocast, the default on bf16 CPUs)
   ours-openvino-* / peer-openvino-* our export / HF's torch.onnx.export graph compiled by OpenVINO
-                                    (fp32, and bf16 where the CPU has it)
+                                    (fp32, and bf16 where the CPU has it), and each graph's NNCF static
+                                    int8 calibrated on the same batches (``--calibration-size`` random
+                                    ones here; 300 SST-2 training sentences in the parts below)
   hf-torch                          transformers (SDPA), for reference
-Both ONNX engines run through the same onnxruntime session settings. Ratios are ours / peer at equal
-precision (and ours-fp32 / the faster peer fp32). A GEMM row gives onnxruntime's and torch's own matmul
+Both ONNX engines run through the same onnxruntime session settings. Ratios are peer / ours at equal
+precision: int8 against the issue's peer (HF -> onnxruntime int8) and against the peer's best int8 (that
+or its OpenVINO int8), fp32 against the faster peer fp32. A GEMM row gives onnxruntime's and torch's own matmul
 rates on 4096x768 @ 768x3072 (fp32, int8, bf16) and what fraction of them each engine reaches (OpenVINO
 is held to torch's rate in its precision: both multiply through oneDNN).
 
@@ -143,9 +146,11 @@ def file_mb(path: Path) -> float:
 
 # --------------------------------------------------------------------------- GEMM rates
 def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
-    """TFLOP/s (TOPS for int8) of onnxruntime's fp32 and int8 MatMul, OpenVINO's NNCF-int8 MatMul and torch's
-    fp32 and bf16 matmul on 4096x768 @ 768x3072, the FFN-in product of albert-base at 32 x 128 tokens: the
-    ceiling of each engine."""
+    """TFLOP/s (TOPS for int8) of onnxruntime's fp32 and int8 MatMul and torch's fp32 and bf16 matmul on
+    4096x768 @ 768x3072, the FFN-in product of albert-base at 32 x 128 tokens: the ceiling of each engine.
+    OpenVINO's int8 rows are held to onnxruntime's int8 rate: a lone NNCF-quantized MatMul measured 0.54-0.65
+    TOPS here, below what the same products reach inside the model (~0.84: there the input's quantization and
+    the fp32 output are fused with their neighbours), so it is no ceiling."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -166,9 +171,6 @@ def gemm_rates(threads: int, reps: int = 10) -> dict[str, float]:
         for name, path in (("ort-fp32", fp32), ("ort-int8", int8)):
             ort = OnnxSession(path, threads)
             out[name] = flops / _median_time(lambda s=ort: s.session.run(None, {"x": x}), reps) / 1e12
-        xml = quantize_openvino_int8(fp32, [{"x": x}], Path(tmp) / "gemm-int8.xml")  # NNCF, as the engines
-        ov = OpenVinoSession(xml, threads, "f32")
-        out["openvino-int8"] = flops / _median_time(lambda: ov.request.infer({"x": x}), reps) / 1e12
     out["torch-fp32"] = torch_gemm_tflops(torch.float32, m, k, n, reps)
     out["torch-bf16"] = torch_gemm_tflops(torch.bfloat16, m, k, n, reps)
     return out
@@ -189,7 +191,7 @@ GEMM_OF = {"ours-onnx-fp32": "ort-fp32", "peer-onnx-fp32": "ort-fp32", "ours-onn
            "peer-onnx-int8": "ort-int8", "ours-torch-fp32": "torch-fp32", "ours-torch-bf16": "torch-bf16",
            "hf-torch": "torch-fp32", "ours-openvino-fp32": "torch-fp32", "peer-openvino-fp32": "torch-fp32",
            "ours-openvino-bf16": "torch-bf16", "peer-openvino-bf16": "torch-bf16",  # OpenVINO and torch share oneDNN
-           "ours-openvino-int8": "openvino-int8", "peer-openvino-int8": "openvino-int8"}
+           "ours-openvino-int8": "ort-int8", "peer-openvino-int8": "ort-int8"}
 
 
 # --------------------------------------------------------------------------- speed

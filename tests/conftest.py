@@ -1,10 +1,20 @@
 """The `shared` tier fails, rather than skips, where the full data is missing: a green run must mean it ran.
-Also the `one_thread` fixture the tests of tiny models use."""
+Also the `one_thread` fixture the tests of tiny models use, and one torch thread per pytest-xdist worker
+(the default `-n auto` runs one worker per core: more threads would only contend)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from shared_data import SHARED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,7 +1,7 @@
 """The README's Quick tour, run verbatim: every command of its script, in order, in an empty directory
 that holds only tests/data (as a fresh clone does), must succeed. Slow (~15-25 minutes on 2 cores):
 
-    python -m pytest -m slow tests/test_tour.py -s      # -s prints each command's wall time
+    python -m pytest -m slow tests/test_tour.py -n 0 -s   # -s prints each command's wall time (-n 0: in this process)
 """
 
 from __future__ import annotations
