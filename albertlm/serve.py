@@ -24,12 +24,12 @@ are queued), runs one ``Predictor.predict`` over all of them in a worker thread,
 own rows. Inference is never run twice at once, so requests queue instead of oversubscribing the cores,
 and the model sees batches, which cost less per input than one forward per request. A request is never
 split; a batch that fails is run again request by request, so only the request that fails gets the 500.
-Answers are those of a lone request (padding is masked out) to float rounding, except on an int8 graph,
-whose activations are quantized with one scale per batch: its scores move (by 1e-4 on the test models)
-with the company a request keeps, as they already do between the inputs of one request; bf16 (the torch
-engine's default on CPUs with bf16 instructions) rounds differently by batch shape, by ~1e-4 too. A lone request
-on an idle server waits the whole window; ``batch_window_ms=0`` never waits and batches only the requests
-that queued while the model was busy.
+Answers are those of a lone request (padding is masked out) to float rounding, except on onnxruntime's
+int8 graph, whose activations are quantized with one scale per batch (OpenVINO's static int8 has fixed
+scales): its scores move (by 1e-4 on the test models) with the company a request keeps, as they already do
+between the inputs of one request; bf16 (the torch engine's default on CPUs with bf16 instructions) rounds
+differently by batch shape, by ~1e-4 too. A lone request on an idle server waits the whole window;
+``batch_window_ms=0`` never waits and batches only the requests that queued while the model was busy.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def tour_commands(readme: Path = REPO / "README.md") -> list[str]:
 
 def test_tour_is_a_script_of_commands():
     cmds = tour_commands()
-    assert len(cmds) > 20 and all(re.match(r"(albertlm|torchrun|echo|head) ", c) for c in cmds), cmds
+    assert len(cmds) > 20 and all(re.match(r"(albertlm|torchrun|echo|head|tail) ", c) for c in cmds), cmds
     assert sum(c.startswith("albertlm serve ") for c in cmds) == 1
 
 

@@ -128,12 +128,13 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     p.add_argument("--engine", choices=ENGINES, default="torch",
                    help="torch, or onnx / openvino: --model is then a folder written by `albertlm export` "
-                        "(onnx runs int8 if present; openvino the fp32 graph, in bf16 where the CPU has it, "
-                        "else f32)")  # fmt: skip
+                        "(onnx runs its int8 graph if present; openvino its static int8 file if present, else "
+                        "the fp32 graph, in bf16 where the CPU has it, else f32)")  # fmt: skip
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="what the engine computes in. auto: torch and openvino use bf16 where the CPU has AVX-512 "
-                        "BF16 / AMX, else fp32; onnx uses the int8 graph when the export has one. fp32 works on "
-                        "every engine; bf16 on torch and openvino; int8 on onnx (default: auto)")  # fmt: skip
+                   help="what the engine computes in. auto: onnx and openvino use the export's int8 when it has "
+                        "one; torch and openvino otherwise bf16 where the CPU has AVX-512 BF16 / AMX, else fp32. "
+                        "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx and openvino "
+                        "(default: auto)")  # fmt: skip
     p.add_argument("--fp32", dest="precision", action="store_const", const="fp32",
                    help="same as --precision fp32 (older name)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")

@@ -2,7 +2,7 @@
 
 albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
 albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 256
-albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # bf16 where the CPU has it
+albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # its int8 file if exported, else bf16 / fp32
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 10 --max-batch 64   # batch harder
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1     # no batching
 """
