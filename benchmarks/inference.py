@@ -40,6 +40,7 @@ import itertools
 import json
 import platform
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -200,11 +201,19 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def speed(args: argparse.Namespace) -> dict:
+    """The fixed-shape part, in a temp folder of its own (graphs of ~100 MB) removed at the end."""
+    work = Path(tempfile.mkdtemp(prefix="albertlm-bench-"))
+    try:
+        return _speed(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _speed(args: argparse.Namespace, work: Path) -> dict:
     import transformers
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    work = Path(tempfile.mkdtemp(prefix="albertlm-bench-"))
     config = AlbertConfig.from_preset(args.preset, id2label=LABELS)
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
     # int8 calibration batches for OpenVINO (random ids here: the weights are random too), the same on both sides
