@@ -105,8 +105,7 @@ def build_peer(model_dir: Path, work: Path, threads: int, calibration: list[dict
     for precision in openvino_precisions():
         peers[f"peer-openvino-{precision}"] = OpenVinoSession(raw, threads, HINT[precision], ["logits"])
     if calibration is not None:
-        xml = quantize_openvino_int8(raw, calibration, work / "peer-openvino-int8.xml")
-        peers["peer-openvino-int8"] = OpenVinoSession(xml, threads, HINT[openvino_precisions()[-1]], ["logits"])
+        peers["peer-openvino-int8"] = openvino_int8(raw, calibration, work / "peer-openvino-int8.xml", threads)
     return peers
 
 
@@ -119,7 +118,13 @@ def openvino_precisions() -> tuple[str, ...]:
     return ("fp32", "bf16") if cpu_has_bf16(ov.Core()) else ("fp32",)
 
 
-HINT = {"fp32": "f32", "bf16": "bf16"}  # OpenVINO's name for each precision (int8's other ops: the best)
+HINT = {"fp32": "f32", "bf16": "bf16"}  # OpenVINO's name for each precision
+
+
+def openvino_int8(graph: Path, calibration: list[dict], xml: Path, threads: int) -> OpenVinoSession:
+    """NNCF's static int8 of ``graph`` on ``calibration`` batches, its other ops in the best precision here."""
+    quantize_openvino_int8(graph, calibration, xml)
+    return OpenVinoSession(xml, threads, HINT[openvino_precisions()[-1]], ["logits"])
 
 
 def build_ours(model_dir: Path, work: Path, threads: int, calibration: Path | list[dict] | None = None) -> dict:
@@ -132,8 +137,8 @@ def build_ours(model_dir: Path, work: Path, threads: int, calibration: Path | li
     if isinstance(calibration, Path):
         engines["ours-openvino-int8"] = OpenVinoEngine(work / "ours", threads, "int8")
     elif calibration is not None:
-        xml = quantize_openvino_int8(work / "ours" / "model.onnx", calibration, work / "ours-openvino-int8.xml")
-        engines["ours-openvino-int8"] = OpenVinoSession(xml, threads, HINT[openvino_precisions()[-1]], ["logits"])
+        engines["ours-openvino-int8"] = openvino_int8(work / "ours" / "model.onnx", calibration,
+                                                      work / "ours-openvino-int8.xml", threads)  # fmt: skip
     return {**engines, "ours-onnx-fp32": OnnxEngine(work / "ours", threads, "fp32"),
             "ours-onnx-int8": OnnxEngine(work / "ours", threads, "int8"),
             "ours-torch-fp32": TorchEngine.load(model_dir, threads, precision="fp32"),
