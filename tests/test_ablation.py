@@ -56,6 +56,14 @@ def test_objective_study_tiny_budget(corpus, tmp_path):
     before = (tmp_path / "sop" / "result.json").stat().st_mtime
     run_study(s, log=lambda *_: None)
     assert (tmp_path / "sop" / "result.json").stat().st_mtime == before
+    # a variant linked from another study reports under that study's name and paper column
+    sharing = tmp_path / "sharing"
+    sharing.mkdir()
+    (sharing / "all").symlink_to(tmp_path / "sop")
+    results, (_, md, _, _) = run_study(StudySettings(**{**vars(s), "study": "sharing", "out": str(sharing)}),
+                                       report_only=True)  # fmt: skip
+    assert [(r["variant"], r["objective"]) for r in results] == [("all", "sop")]
+    assert "| all | " in md.read_text() and "12M; the default" in md.read_text()
 
 
 def test_pair_sets_are_balanced_and_separate_the_contrasts(corpus):
