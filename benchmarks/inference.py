@@ -40,7 +40,6 @@ import itertools
 import json
 import platform
 import random
-import shutil
 import statistics
 import tempfile
 import time
@@ -207,11 +206,36 @@ def percentile(xs: list[float], q: float) -> float:
 
 def speed(args: argparse.Namespace) -> dict:
     """The fixed-shape part, in a temp folder of its own (graphs of ~100 MB) removed at the end."""
-    work = Path(tempfile.mkdtemp(prefix="albertlm-bench-"))
-    try:
-        return _speed(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="albertlm-bench-", ignore_cleanup_errors=True) as work:
+        return _speed(args, Path(work))
+
+
+def feed_of(ids: np.ndarray) -> dict[str, np.ndarray]:
+    """A graph's inputs for unpadded ``ids`` (B, S): every position attended, one segment."""
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
+def random_calibration(vocab_size: int, n: int, max_len: int) -> list[dict[str, np.ndarray]]:
+    """``n`` single sequences of random ids, 16 to ``max_len`` long: int8 calibration for random weights."""
+    g = torch.Generator().manual_seed(1234)
+    lengths = torch.randint(16, max_len + 1, (n,), generator=g).tolist()
+    return [feed_of(torch.randint(5, vocab_size, (1, length), generator=g).numpy()) for length in lengths]
+
+
+def alternate(runs: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each ``runs`` function, timed in turn ``rounds`` times after two warm-up calls each
+    (allocator, oneDNN / ORT / OpenVINO kernel selection), so drift on the machine hits every engine alike."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    with torch.inference_mode():
+        for fn in runs.values():
+            fn()
+            fn()
+        for _ in range(rounds):
+            for name, fn in runs.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return times
 
 
 def _speed(args: argparse.Namespace, work: Path) -> dict:
@@ -222,12 +246,7 @@ def _speed(args: argparse.Namespace, work: Path) -> dict:
     config = AlbertConfig.from_preset(args.preset, id2label=LABELS)
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
     # int8 calibration batches for OpenVINO (random ids here: the weights are random too), the same on both sides
-    g = torch.Generator().manual_seed(1234)
-    calibration = []
-    for length in torch.randint(16, args.seq_len + 1, (args.calibration_size,), generator=g).tolist():
-        ids = torch.randint(5, config.vocab_size, (1, length), generator=g).numpy()
-        calibration.append({"input_ids": ids, "attention_mask": np.ones_like(ids),
-                            "token_type_ids": np.zeros_like(ids)})  # fmt: skip
+    calibration = random_calibration(config.vocab_size, args.calibration_size, args.seq_len)
     engines = build_ours(work / "model", work, args.threads, calibration)
     engines.update(build_peer(work / "model", work / "peer", args.threads, calibration))
     hf = transformers.AlbertForSequenceClassification.from_pretrained(work / "model", attn_implementation="sdpa")
@@ -242,21 +261,11 @@ def _speed(args: argparse.Namespace, work: Path) -> dict:
     for batch, rounds in ((1, args.rounds), (32, args.rounds_large)):
         g = torch.Generator().manual_seed(batch)
         ids = torch.randint(5, config.vocab_size, (batch, args.seq_len), generator=g)
-        feed = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy()),
-                "token_type_ids": np.zeros_like(ids.numpy())}  # fmt: skip
+        feed = feed_of(ids.numpy())
         runs = {name: (lambda e=e, feed=feed: e(feed)["logits"]) for name, e in engines.items()}
         runs["hf-torch"] = lambda ids=ids: hf(input_ids=ids, attention_mask=torch.ones_like(ids),
                                               token_type_ids=torch.zeros_like(ids)).logits  # fmt: skip
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        with torch.inference_mode():
-            for fn in runs.values():  # warm-up: allocator, oneDNN / ORT kernel selection
-                fn()
-                fn()
-            for _ in range(rounds):
-                for name, fn in runs.items():
-                    start = time.perf_counter()
-                    fn()
-                    times[name].append(time.perf_counter() - start)
+        times = alternate(runs, rounds)
         p50 = {k: statistics.median(v) for k, v in times.items()}
         for name, ts in times.items():
             rate = per_seq * batch / p50[name] / 1e12

@@ -28,21 +28,13 @@ from albertlm.export import export_onnx, quantize_openvino_int8  # noqa: E402
 from albertlm.inference import OpenVinoSession  # noqa: E402
 
 
-def feed_of(ids: np.ndarray) -> dict[str, np.ndarray]:
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-
-
 def main(work: Path, out: Path) -> None:
     torch.manual_seed(0)
     if not (work / "model" / "config.json").exists():
         config = AlbertConfig.from_preset("albert-base-v2", id2label={0: "0", 1: "1"})
         albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
     config = AlbertConfig.load(work / "model")
-    g = torch.Generator().manual_seed(1234)
-    calibration = []
-    for length in torch.randint(16, 129, (64,), generator=g).tolist():
-        ids = torch.randint(5, config.vocab_size, (1, length), generator=g).numpy()
-        calibration.append(feed_of(ids))
+    calibration = bench.random_calibration(config.vocab_size, 64, 128)
     for graph, folder in (("ort", "ours"), ("standard", "std")):
         if not (work / folder / "model.onnx").exists():
             export_onnx(work / "model", work / folder, graph=graph)
@@ -74,16 +66,8 @@ def main(work: Path, out: Path) -> None:
         result = {"machine": bench.machine(), "ms_p50": {}}
         for batch, rounds in ((1, 30), (32, 5)):
             ids = np.random.default_rng(batch).integers(5, config.vocab_size, (batch, 128))
-            feed = feed_of(ids)
-            times = {k: [] for k in sessions}
-            for session in sessions.values():
-                session(feed)
-                session(feed)
-            for _ in range(rounds):
-                for name, session in sessions.items():
-                    start = time.perf_counter()
-                    session(feed)
-                    times[name].append(time.perf_counter() - start)
+            feed = bench.feed_of(ids)
+            times = bench.alternate({k: (lambda s=s, feed=feed: s(feed)) for k, s in sessions.items()}, rounds)
             result["ms_p50"][f"batch {batch}"] = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
     finally:
         for pid in stopped:
