@@ -281,8 +281,9 @@ def _speed(args: argparse.Namespace, work: Path) -> dict:
         ratios[f"int8_vs_peer_best_int8_b{batch}"] = min(p["peer-onnx-int8"], p["peer-openvino-int8"]) / ours_int8
         ratios[f"onnx_int8_vs_peer_onnx_int8_b{batch}"] = p["peer-onnx-int8"] / p["ours-onnx-int8"]
         ratios[f"openvino_int8_vs_peer_openvino_int8_b{batch}"] = p["peer-openvino-int8"] / p["ours-openvino-int8"]
-        ratios[f"fp32_vs_peer_fp32_b{batch}"] = min(p["peer-onnx-fp32"], p["peer-openvino-fp32"]) / min(
-            p["ours-onnx-fp32"], p["ours-openvino-fp32"])  # best fp32 on each side
+        peer_fp32 = min(p["peer-onnx-fp32"], p["peer-openvino-fp32"], p["hf-torch"])  # best fp32 engine each side
+        ours_fp32 = min(p["ours-onnx-fp32"], p["ours-openvino-fp32"], p["ours-torch-fp32"])
+        ratios[f"fp32_vs_peer_fp32_b{batch}"] = peer_fp32 / ours_fp32
         if "ours-openvino-bf16" in p:
             ratios[f"openvino_bf16_vs_peer_openvino_bf16_b{batch}"] = p["peer-openvino-bf16"] / p["ours-openvino-bf16"]
         ours_best = min(p[k] for k in p if k.startswith("ours"))
