@@ -96,24 +96,35 @@ class PretrainConfig:
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else self.max_steps // 10
 
-    def validate(self, world: int) -> int:
-        """Checks the batch arithmetic; returns the accumulation steps per rank."""
+    def check_flags(self) -> None:
+        """What the settings alone can get wrong (no data, no processes needed), so a typo stops a run
+        before it builds, opens or replaces anything."""
         if self.precision not in PRECISIONS:
             raise TrainingError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.lr_schedule not in SCHEDULES:
+            raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
+        if self.optimizer not in LR_DEFAULTS:
+            raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
+        if self.max_steps <= 0:
+            raise TrainingError(f"--max-steps must be at least 1, not {self.max_steps}")
+        if not 0 <= self.warmup <= self.max_steps:
+            raise TrainingError(f"--warmup-steps must be from 0 to --max-steps ({self.max_steps}), not {self.warmup}")
+        if self.micro_batch_size <= 0 or self.global_batch_size <= 0:
+            raise TrainingError("--global-batch-size and --micro-batch-size must be at least 1")
+        if not self.init_from:
+            AlbertConfig.from_preset(self.preset, **self.model_overrides)  # unknown preset or field, bad shape
+
+    def validate(self, world: int) -> int:
+        """Checks the settings and the batch arithmetic; returns the accumulation steps per rank."""
+        self.check_flags()
         per_step = self.micro_batch_size * world
         if self.global_batch_size % per_step:
             raise TrainingError(
                 f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
                 f"{self.micro_batch_size} x {world} processes; pick a multiple of {per_step}"
             )
-        if self.lr_schedule not in SCHEDULES:
-            raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
-        if self.optimizer not in LR_DEFAULTS:
-            raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
         if self.data is None:
             raise TrainingError("no --data: build shards with `albertlm data build`, or run the demo without --data")
-        if self.max_steps <= 0 or not 0 <= self.warmup <= self.max_steps:
-            raise TrainingError(f"need 0 <= --warmup-steps ({self.warmup}) <= --max-steps ({self.max_steps})")
         return self.global_batch_size // per_step
 
 

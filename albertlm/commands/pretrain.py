@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         demo = True
         base = dataclasses.replace(PretrainConfig(), **DEMO)
         out = Path(args.out or base.out)
+        _config_from_args(args, base).check_flags()  # a typo stops before the demo data is built
         data, valid = map(str, prepare_demo_data(out / "data"))
         cfg = _config_from_args(args, dataclasses.replace(base, data=data, valid_data=valid))
     else:

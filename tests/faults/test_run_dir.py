@@ -181,3 +181,20 @@ def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
         (tmp / "x.bin").write_bytes(bytes([step]))
         ckpt.finalize(root, tmp, step, {"step": step}, keep_last=2)
     assert [p.name for p in ckpt.list_checkpoints(root)] == ["step_00000002", "step_00000003", "step_00000009"]
+
+
+@pytest.mark.parametrize("typo, needle", [(("--preset", "albert-tyni"), "unknown preset 'albert-tyni'"),
+                                          (("--set", "hidden_size=31"), "not divisible"),
+                                          (("--max-steps", "0"), "--max-steps must be at least 1"),
+                                          (("--warmup-steps", "-1"), "--warmup-steps must be from 0 to")])
+def test_a_typo_stops_before_anything_is_built_or_replaced(run2, shards, tmp_path, capsys, monkeypatch, typo, needle):
+    used = tmp_path / "used"
+    shutil.copytree(run2, used)
+    before = snapshot(used)
+    # --overwrite would replace the finished run; a bad setting must stop the command before it does
+    refused(*run(capsys, *pretrain_args(shards, used, "--overwrite", *typo, steps=1))[::2], needle)
+    assert snapshot(used) == before
+    # the embedded demo (no --data) checks the same settings before it builds its corpus and shards
+    monkeypatch.chdir(tmp_path / "used")
+    refused(*run(capsys, "pretrain", "--out", str(tmp_path / "demo"), *typo)[::2], needle)
+    assert not (tmp_path / "demo").exists()
