@@ -66,7 +66,8 @@ class Settings:
     epochs: float | None = field(default=None, metadata={"help": "passes over the training set, instead of steps"})
     warmup: float | None = field(default=None, metadata={"help": "warmup steps, or a fraction of all steps if < 1"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout"})
+    seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout", "min": 0,
+                                           "max": 2**32 - 1})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     precision: str = field(default="auto", metadata={

@@ -75,7 +75,7 @@ class PretrainConfig:
     activation_checkpointing: bool = _opt(False, "recompute blocks in backward")
     fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
     pack: bool = _opt(False, "pack several instances per row (no padding)")
-    seed: int = _opt(0, "seed for weights and data order")
+    seed: int = _opt(0, "seed for weights and data order", min=0, max=2**32 - 1)
     log_every: int = _opt(10, "steps between metric lines")
     eval_every: int = _opt(100, "steps between validations")
     eval_batches: int = _opt(20, "micro-batches per validation")

@@ -77,3 +77,17 @@ def test_one_set_parser_for_every_command():
     for bad in ("hidden_size=big", "nope=1", "hidden_size", "project_embeddings=maybe"):
         with pytest.raises(ConfigError):
             parse_overrides([bad])
+
+
+@pytest.mark.parametrize("command", [
+    ["pretrain"], ["finetune", *REQUIRED["finetune"]], ["ablate"], ["data", "build", "--input", "x", "--tokenizer", "t",
+    "--out", "o"], ["tokenizer", "train", "--input", "x", "--out", "o"], ["analyze", "pairs", "--model", "m",
+    "--heldout", "h"], ["init", "--preset", "albert-tiny", "--out", "o"], ["forward"]])  # fmt: skip
+def test_every_seed_flag_takes_only_what_numpy_and_torch_take(command, capsys):
+    """A seed outside 0 .. 2**32 - 1 used to end in numpy's traceback after the run had started."""
+    for bad in ("-5", str(2**32)):
+        with pytest.raises(SystemExit) as stop:
+            build_parser().parse_args([*command, "--seed", bad])
+        assert stop.value.code == 2
+        assert f"argument --seed: must be from 0 to 4294967295, not {bad}" in capsys.readouterr().err
+    assert build_parser().parse_args([*command, "--seed", str(2**32 - 1)]).seed == 2**32 - 1

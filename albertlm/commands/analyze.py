@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from albertlm.commands import flags
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="analyses of trained models (paper Figure 1)")
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pairs.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     pairs.add_argument("--max-seq-length", type=int, default=128, help="tokens per pair (default: 128)")
     pairs.add_argument("--pairs", type=int, default=1000, help="true pairs per contrast (default: 1000)")
-    pairs.add_argument("--seed", type=int, default=0, help="which segments and negatives (default: 0)")
+    pairs.add_argument("--seed", type=flags.seed, default=0, help="which segments and negatives (default: 0)")
     pairs.add_argument("--json", help="also write the result here")
     pairs.set_defaults(func=run_pairs)
 

@@ -15,6 +15,8 @@ import json
 import time
 from pathlib import Path
 
+from albertlm.commands import flags
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="build and inspect pretraining data (SOP/NSP pairs, n-gram masks)")
@@ -92,7 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--workers", type=int, default=1, help="worker processes (one unit per file chunk)")
     b.add_argument("--chunk-mb", type=float, default=32.0, help="split input files into units of this size")
-    b.add_argument("--seed", type=int, default=12345, help="seed of every random choice")
+    b.add_argument("--seed", type=flags.seed, default=12345, help="seed of every random choice")
     b.set_defaults(func=run_build)
 
     i = dsub.add_parser("inspect", help="print the manifest summary and a few decoded instances")

@@ -2,9 +2,9 @@
 can never drift from the setting it sets.
 
 A field ``eval_batch_size: int = 64`` with ``metadata={"help": ...}`` becomes ``--eval-batch-size N``
-(help "... (default: 64)"); a bool becomes ``--x / --no-x``. Every derived flag parses to None when it is
-not given, so ``values`` returns only what the user typed and the dataclass default (or a base object such
-as the demo's settings) applies to the rest.
+(help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` in the metadata bound a
+number. Every derived flag parses to None when it is not given, so ``values`` returns only what the user
+typed and the dataclass default (or a base object such as the demo's settings) applies to the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +22,28 @@ def _scalar(hint: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else None
     return hint if hint in (int, float, str, bool) else None
+
+
+SEED_MAX = 2**32 - 1  # numpy's and torch's seeds
+
+
+def bounded(kind: type, low: float | None = None, high: float | None = None) -> Any:
+    """An argparse type: ``kind`` parsed, then held to [low, high], so an out-of-range value ends in argparse's
+    one line (``argument --seed: ...``) instead of a traceback from deep inside the run."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if (low is not None and value < low) or (high is not None and value > high):
+            span = f"from {low} to {high}" if low is not None and high is not None else (
+                f"at least {low}" if low is not None else f"at most {high}")
+            raise argparse.ArgumentTypeError(f"must be {span}, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
+seed = bounded(int, 0, SEED_MAX)  # the type of every --seed
 
 
 def flag_fields(cls: type, skip: tuple[str, ...] = ()) -> list[tuple[dataclasses.Field, Any]]:
@@ -59,7 +81,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         else:
-            parser.add_argument(*names, type=kind, metavar=f.metadata.get("metavar"), **kw)
+            low, high = f.metadata.get("min"), f.metadata.get("max")
+            parse = kind if low is None and high is None else bounded(kind, low, high)
+            parser.add_argument(*names, type=parse, metavar=f.metadata.get("metavar"), **kw)
 
 
 def values(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from albertlm.commands import flags
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("forward", help="one forward pass of a preset or model directory on random tokens")
@@ -17,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--model", help="a model directory in the HF layout (config.json + weights)")
     p.add_argument("--batch-size", type=int, default=2, help="sequences per batch")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
-    p.add_argument("--seed", type=int, default=0, help="seed for the weights and the tokens")
+    p.add_argument("--seed", type=flags.seed, default=0, help="seed for the weights and the tokens")
     p.set_defaults(func=run)
 
 

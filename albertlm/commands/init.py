@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from albertlm.commands import flags
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="write a randomly initialised preset in the HF layout")
@@ -17,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which model class (default: pretraining)")
     p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
     p.add_argument("--embedding-size", type=int, help="override E")
-    p.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    p.add_argument("--seed", type=flags.seed, default=0, help="initialisation seed")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run)
 

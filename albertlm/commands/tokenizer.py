@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from albertlm.commands import flags
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tokenizer", help="train or apply a SentencePiece / WordPiece tokenizer")
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=2_000_000,
         help="sentencepiece: lines sampled from the corpus for training (keeps memory bounded)",
     )
-    train.add_argument("--seed", type=int, default=0, help="sentencepiece: seed for the line sampling")
+    train.add_argument("--seed", type=flags.seed, default=0, help="sentencepiece: seed for the line sampling")
     train.add_argument(
         "--albert-user-symbols",
         action="store_true",
