@@ -74,6 +74,10 @@ def _refuse_other_kind(out_dir: Path, writing: str) -> None:
                         f"two (and {other} could be used); choose another --out or remove {out_dir / other}")
 
 
+def _no_text(files: list[Path]) -> str:
+    return f"no text in {', '.join(map(str, files))}; give UTF-8 text, one sentence per line"
+
+
 def train_sentencepiece(
     inputs: list[str | Path],
     out_dir: str | Path,
@@ -103,12 +107,16 @@ def train_sentencepiece(
     files = expand_inputs(inputs)
     out_dir = Path(out_dir)
     _refuse_other_kind(out_dir, SPM_FILE)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     specials = re.compile(r"<unk>|<pad>|\[CLS\]|\[SEP\]|\[MASK\]")
+    fed = 0
 
     def sentences() -> Iterator[str]:
+        nonlocal fed
         for line in _lines(files, progress):
             if text := preprocess_text(specials.sub(" ", line), lowercase, quotes=compat == "transformers"):
+                fed += 1
                 yield text
 
     spm.set_random_generator_seed(seed)
@@ -132,10 +140,15 @@ def train_sentencepiece(
                 minloglevel=1 if progress else 2,
             )
         except RuntimeError as e:
-            raise UserError(
-                f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)"
-            ) from None
-        shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
+            failure = (_no_text(files) if not fed
+                       else f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)")
+        else:
+            failure = None
+            shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
+    if failure is not None:
+        if created:
+            out_dir.rmdir()  # made by this call and empty again: a failed training leaves nothing behind
+        raise UserError(failure)
     tok = SentencePieceTokenizer(out_dir / SPM_FILE, lowercase=lowercase, compat=compat)
     tok.save(out_dir)
     return tok
@@ -189,9 +202,13 @@ def train_wordpiece(
     )
     tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     inner: set[str] = set()
+    words = 0
     for line in _lines(files, progress):
         for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(line)):
             inner.update(word[1:])
+            words += 1
+    if not words:
+        raise UserError(_no_text(files))
     continuing = [f"##{c}" for c in sorted(inner)]
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size - len(head) + len(WORDPIECE_SPECIALS),

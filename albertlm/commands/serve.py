@@ -10,20 +10,24 @@ albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-ba
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import socket
 
 from albertlm.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.finetune import _engine_flags, _inference_flags
-    from albertlm.commands.flags import add_flags
+    from albertlm.commands.flags import add_flags, bounded
     from albertlm.serve import BatchSettings
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
     p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx, openvino)")
     p.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    p.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
+                   help="TCP port (default: 8000; 0: any free port, printed at the start)")
     p.add_argument("--max-items", type=int, default=32, help="most inputs per request (default: 32)")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20,
                    help="largest request body accepted (default: 1 MiB)")  # fmt: skip
@@ -46,10 +50,29 @@ def run(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn")
     from albertlm.serve import create_app
 
-    predictor = load_predictor(args)
-    app = create_app(predictor, args.max_items, args.max_request_bytes, batching)
-    print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({args.engine}) on "
-          f"http://{args.host}:{args.port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
-          f"{batching.max_batch} inputs within {batching.batch_window_ms:g} ms); Ctrl-C stops", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    sock = listen(args.host, args.port)  # a port in use fails here, before the model loads
+    try:
+        predictor = load_predictor(args)
+        app = create_app(predictor, args.max_items, args.max_request_bytes, batching)
+        port = sock.getsockname()[1]
+        print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({args.engine}) on "
+              f"http://{args.host}:{port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
+              f"{batching.max_batch} inputs within {batching.batch_window_ms:g} ms); Ctrl-C stops", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C is how a server stops: uvicorn has shut down cleanly and re-raised it
+        pass
+    finally:
+        sock.close()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (IPv4 or IPv6, as the host resolves), or one clear line."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        reason = e.strerror if isinstance(e, socket.gaierror) or not e.errno else os.strerror(e.errno)
+        fix = ("pick a free port (--port 0 takes any)" if e.errno == errno.EADDRINUSE
+               else "give an address of this machine (127.0.0.1 loopback, 0.0.0.0 every interface)")
+        raise UserError(f"cannot listen on --host {host} --port {port}: {reason}; {fix}") from None

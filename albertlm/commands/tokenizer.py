@@ -88,7 +88,7 @@ def _train(args: argparse.Namespace) -> int:
     from albertlm.errors import UserError
     from albertlm.tokenizer_training import expand_inputs, train_sentencepiece, train_wordpiece
 
-    vocab_size = args.vocab_size or (30000 if args.kind == "sentencepiece" else 21128)
+    vocab_size = args.vocab_size if args.vocab_size is not None else 30000 if args.kind == "sentencepiece" else 21128
     if vocab_size < 10:
         raise UserError(f"--vocab-size {vocab_size} is too small; use a few thousand or more")
     try:

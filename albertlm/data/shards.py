@@ -295,11 +295,14 @@ def build_dataset(
         fmt = detect_format(p) if input_format == "auto" else input_format
         for s, e in chunk_boundaries(p, fmt, chunk_bytes):
             units.append(_Unit(len(units), str(p), fmt, s, e))
+    if not units:
+        raise UserError(_no_text(files, skipped))
     if whole_word_zh is None:
         whole_word_zh = tokenizer.kind == "wordpiece"
     info = tokenizer_info(tokenizer)
     tdt = token_dtype(info["vocab_size"])
     out = Path(out_dir)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     build_id = uuid.uuid4().hex[:12]
     tmp = out / f".tmp-{build_id}"
@@ -366,6 +369,11 @@ def build_dataset(
         shards.append({"source": u.path, "start": u.start, "end": u.end, "format": u.fmt, "files": fl, "counts": st})
     stats["tokens"] = sum(s["counts"].get("tokens", 0) for s in shards)
     stats["bytes_written"] = sum(f["bytes"] for s in shards for f in s["files"].values())
+    if not stats["tokens"]:  # only blank lines or markup: nothing to train on, so nothing is published
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            out.rmdir()
+        raise UserError(_no_text(files, skipped))
     fsync_dir(tmp)
     manifest = {
         "format": FORMAT,
@@ -401,6 +409,13 @@ def build_dataset(
     for p in old:
         _remove_build(p)
     return manifest
+
+
+def _no_text(files: list[Path], skipped: Counter) -> str:
+    why = ", ".join(f"{n} {k.replace('_files', '')}" for k, n in sorted(skipped.items()) if n)
+    named = str(files[0]) + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+    return (f"no text to build from in {named}{f' ({why})' if why else ''}; give UTF-8 text, one sentence per "
+            f"line, a blank line between documents")
 
 
 def _remove_build(path: Path) -> None:

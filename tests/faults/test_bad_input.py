@@ -135,3 +135,42 @@ def test_invalid_utf8_on_stdin(model, tok_dir, capsys, monkeypatch, command):
             else ["predict", "--model", str(model)])
     assert main(args) == 2
     one_line(capsys, "stdin", "not UTF-8")
+
+
+@pytest.mark.parametrize("content, kind", [(b"", "sentencepiece"), (b"\n\n   \n\t\n", "wordpiece")])
+def test_building_or_training_on_no_text_stops_and_leaves_nothing(tok_dir, tmp_path, capsys, content, kind):
+    """An empty (or blank) input used to give a 0-token build that pretraining failed on later, and a failed
+    SentencePiece training left its --out folder behind."""
+    text = tmp_path / "empty.txt"
+    text.write_bytes(content)
+    out = tmp_path / "shards"
+    assert main(["data", "build", "--input", str(text), "--tokenizer", str(tok_dir), "--out", str(out)]) == 2
+    one_line(capsys, "no text to build from", str(text))
+    assert not out.exists()
+    out = tmp_path / "tok"
+    assert main(["tokenizer", "train", "--kind", kind, "--input", str(text), "--vocab-size", "200",
+                 "--out", str(out)]) == 2  # fmt: skip
+    one_line(capsys, "no text in", str(text))
+    assert not out.exists()
+
+
+def test_a_vocab_size_of_zero_is_refused_not_read_as_the_default(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("one sentence here\n", encoding="utf-8")
+    assert main(["tokenizer", "train", "--input", str(text), "--vocab-size", "0", "--out", str(tmp_path / "t")]) == 2
+    one_line(capsys, "--vocab-size 0 is too small")
+
+
+def test_serve_on_a_port_in_use_or_out_of_range(tmp_path, capsys):
+    """The port is taken before the model loads, so a busy one fails at once, in one line (was a traceback
+    from uvicorn after the model had loaded and "serving on ..." had been printed)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert main(["serve", "--model", str(tmp_path / "never-loaded"), "--port", str(port)]) == 2
+    one_line(capsys, f"--port {port}", "Address already in use", "--port 0")
+    with pytest.raises(SystemExit) as stop:
+        main(["serve", "--model", str(tmp_path), "--port", "70000"])
+    assert stop.value.code == 2
+    assert "argument --port: must be from 0 to 65535, not 70000" in capsys.readouterr().err
