@@ -171,7 +171,7 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int)
                         precision=s.precision,
                         inference=InferenceSettings(max_seq_length=s.max_seq_length))  # fmt: skip
     final = train(task, load_data(task, data, limit_train=s.finetune_limit_train), str(model_dir),
-                  resolve_tokenizer(str(model_dir), None), out, settings)  # fmt: skip
+                  resolve_tokenizer(str(model_dir), None), out, settings, overwrite=True)  # fmt: skip
     return {f"{task.name} {k}": v for k, v in final["metrics"].items()  # the dev-set scores
             if isinstance(v, float) and not k.endswith(("loss", "examples", "seconds"))}  # fmt: skip
 

@@ -33,6 +33,7 @@ import torch
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import CheckpointError
+from albertlm.files import require_new_dir
 from albertlm.heads import HEADS as MODEL_HEADS
 from albertlm.hf import tf_to_hf_name
 from albertlm.tf_checkpoint import TFCheckpoint, resolve_prefix
@@ -283,9 +284,7 @@ def from_tf(
     """
     import albertlm
 
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConversionError(f"{out} exists and is not empty; pass a new --out directory (nothing is overwritten)")
+    out = require_new_dir(out)
     ckpt = TFCheckpoint(checkpoint)
     source = str(ckpt.prefix)
     names = [n for n, _, _ in ckpt.variables()]

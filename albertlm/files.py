@@ -7,6 +7,17 @@ import uuid
 from pathlib import Path
 
 
+def require_new_dir(path: str | Path, flag: str = "--out") -> Path:
+    """``path`` unless it exists with something in it (a file, or a folder that is not empty): commands that
+    write a whole directory in one go never write into one that holds anything already."""
+    from albertlm.errors import UserError
+
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"{flag} {path} exists and is not empty; pass a new {flag} directory (nothing is overwritten)")
+    return path
+
+
 def fsync_dir(path: str | Path) -> None:
     """Make a rename inside ``path`` survive a power cut (the directory entry itself is flushed)."""
     fd = os.open(path, os.O_RDONLY)

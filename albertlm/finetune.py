@@ -46,6 +46,7 @@ from albertlm.inference import TASK_KEY, Predictor
 from albertlm.optim import build_optimizer, build_scheduler
 from albertlm.precision import autocast as precision_autocast
 from albertlm.precision import resolve as resolve_precision
+from albertlm.rundir import FINAL_FILES
 from albertlm.tasks import features as F
 from albertlm.tasks import metrics
 from albertlm.tasks.examples import RowPolicy
@@ -255,6 +256,24 @@ def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) ->
 
 
 # --- training ---------------------------------------------------------------------------------------
+# What fine-tuning writes into --out: the kept model (rundir's list of a final model's files) and the metrics.
+# A directory holding any of them is another run's or a model's; ``overwrite`` removes these, nothing else.
+OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl")
+
+
+def check_out(out: Path, model_arg: str, overwrite: bool) -> None:
+    """Refuse an ``out`` that would mix this run with another's model, or replace the model it starts from;
+    only reads the folder (so the CLI calls it before the data is read)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory; pick another --out")
+    if Path(model_arg).exists() and out.exists() and out.resolve() == Path(model_arg).resolve():
+        raise UserError(f"--out {out} is the --model directory: the fine-tuned model would replace the one it "
+                        "starts from; choose another --out")
+    found = [n for n in OUTPUT_FILES if (out / n).exists()]
+    if found and not overwrite:
+        raise UserError(f"--out {out} already holds a model or a run ({', '.join(found)}); replace them with "
+                        "--overwrite, or choose another --out")
+
 
 
 def train(
@@ -264,11 +283,14 @@ def train(
     tok: Tokenizer,
     out: Path,
     s: Settings,
+    overwrite: bool = False,
 ) -> dict:
     """Fine-tune, evaluating every ``eval_every`` steps (a generic task: every epoch) and at the end; keep
     the model with the best dev score in ``out`` with metrics.jsonl and metrics.json. Returns the metrics of
-    the kept model."""
+    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out)."""
     from tqdm import tqdm
+
+    check_out(out, model_arg, overwrite)
 
     if data.task is not None:
         task = data.task
@@ -294,6 +316,9 @@ def train(
     eval_every = s.eval_every or (per_epoch if task.generic else 0)
     opt = build_optimizer(model, "adamw", s.lr, s.weight_decay)
     sched = build_scheduler(opt, warmup, total)
+    if overwrite:  # the previous run's files go only now, when this run is about to write its own
+        for name in OUTPUT_FILES:
+            (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "metrics.jsonl"
     log_path.write_text("")

@@ -17,6 +17,7 @@ import torch
 import albertlm
 from albertlm.cli import main
 from albertlm.convert import COMPAT_KEY, ConversionError, from_tf, group_plan, list_variables, map_name
+from albertlm.errors import UserError
 from albertlm.heads import IGNORE
 from albertlm.tf_checkpoint import CheckpointFormatError, TFCheckpoint, resolve_prefix, snappy_decompress
 from albertlm.tokenizer import load_tokenizer
@@ -271,7 +272,7 @@ def test_output_directory_is_never_overwritten(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("keep")
-    with pytest.raises(ConversionError, match="exists and is not empty"):
+    with pytest.raises(UserError, match="exists and is not empty"):
         convert("google", out)
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
     empty = tmp_path / "empty"

@@ -72,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--model", required=True, help="model directory (HF layout) or preset name (random init)")
     ft.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     ft.add_argument("--out", required=True, help="output directory: model, tokenizer, metrics")
+    ft.add_argument("--overwrite", action="store_true",
+                    help="replace the model and metrics an earlier run left in --out (other files stay)")
     ft.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
     ft.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
     ft.add_argument("--holdout", type=int, default=0, help="evaluate on the last N training examples instead")
@@ -180,9 +182,10 @@ def _note_skips(policy, log) -> None:  # noqa: ANN001
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from albertlm.finetune import load_data, resolve_tokenizer, train
+    from albertlm.finetune import check_out, load_data, resolve_tokenizer, train
     from albertlm.tasks import get_task
 
+    check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
     task = _user_data(args, get_task(args.task))
     s = _settings(args)
     policy = _policy(args)
@@ -191,7 +194,7 @@ def _finetune(args: argparse.Namespace) -> int:
                      args.limit_eval, s.seed)  # fmt: skip
     _note_skips(policy, print)
     out = Path(args.out)
-    final = train(task, data, args.model, tok, out, s)
+    final = train(task, data, args.model, tok, out, s, overwrite=args.overwrite)
     task = data.task or task
     m = final["metrics"]
     main = task.main_metric if task.main_metric in m else next(iter(m), None)
@@ -208,6 +211,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.tasks import read_split
     from albertlm.tasks.metrics import json_ready
 
+    if args.out and (Path(args.out) / "config.json").exists():  # checked before the model loads
+        raise UserError(f"--out {args.out} holds a model, and its metrics.json is the fine-tuning's; write the "
+                        "evaluation to another --out")
     predictor = load_predictor(args)
     task = predictor.task
     if task is None:

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
     p.add_argument("--embedding-size", type=int, help="override E")
     p.add_argument("--seed", type=flags.seed, default=0, help="initialisation seed")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (new, or empty: nothing is overwritten)")
     p.set_defaults(func=run)
 
 
@@ -28,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from albertlm import AlbertConfig
+    from albertlm.files import require_new_dir
     from albertlm.heads import head_named
+
+    require_new_dir(args.out)
 
     overrides = {}
     if args.sharing:

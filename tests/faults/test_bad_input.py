@@ -174,3 +174,36 @@ def test_serve_on_a_port_in_use_or_out_of_range(tmp_path, capsys):
         main(["serve", "--model", str(tmp_path), "--port", "70000"])
     assert stop.value.code == 2
     assert "argument --port: must be from 0 to 65535, not 70000" in capsys.readouterr().err
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_model_directory_is_never_written_over_by_another_command(model, tok_dir, tmp_path, capsys):
+    """finetune, init, evaluate --out and tokenizer train used to write into a folder holding a fine-tuned model
+    (init replaced its weights with random ones; finetune mixed two runs; evaluate replaced its metrics.json)."""
+    used = tmp_path / "used"
+    shutil.copytree(model, used)
+    (used / "notes.txt").write_text("mine")
+    before = _snapshot(used)
+    sst2 = str(sst(tmp_path / "sst"))
+    finetune = ["finetune", "--task", "sst2", "--data", sst2, "--model", "albert-tiny", "--tokenizer", str(tok_dir),
+                "--out", str(used), *FAST, *TINY_FLAGS]  # fmt: skip
+    assert main(finetune) == 2
+    one_line(capsys, f"--out {used} already holds a model", "model.safetensors", "--overwrite")
+    assert main(["finetune", "--task", "sst2", "--data", sst2, "--model", str(used), "--out", str(used), *FAST,
+                 "--overwrite"]) == 2  # fmt: skip
+    one_line(capsys, "is the --model directory")
+    assert main(["init", "--preset", "albert-tiny", "--out", str(used)]) == 2
+    one_line(capsys, "exists and is not empty")
+    assert main(["evaluate", "--model", str(used), "--data", sst2, "--out", str(used)]) == 2
+    one_line(capsys, "holds a model", "metrics.json")
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "sst" / "train.tsv"), "--vocab-size", "60",
+                 "--out", str(used)]) == 2  # fmt: skip
+    one_line(capsys, "holds a model (config.json)")
+    assert _snapshot(used) == before
+    # --overwrite replaces the earlier run's model and metrics, and leaves the user's file alone
+    assert main([*finetune, "--overwrite", "--seed", "1"]) == 0  # another seed: other weights
+    assert (used / "notes.txt").read_text() == "mine"
+    assert (used / "model.safetensors").read_bytes() != before["model.safetensors"]
