@@ -166,6 +166,9 @@ def export_onnx(
         raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
     if calibration is not None and quantize != "int8":
         raise UserError("--calibration calibrates int8: add --quantize int8")
+    if any((out_dir / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
+        raise UserError(f"--out {out_dir} holds a torch model; an export writes its own config.json and tokenizer, "
+                        "so it gets a folder of its own: choose another --out")
     arch = architecture_of(model_dir)
     tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
     # read before anything is written: a bad calibration file ends the export with nothing half-made

@@ -181,8 +181,9 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 
 def test_a_model_directory_is_never_written_over_by_another_command(model, tok_dir, tmp_path, capsys):
-    """finetune, init, evaluate --out and tokenizer train used to write into a folder holding a fine-tuned model
-    (init replaced its weights with random ones; finetune mixed two runs; evaluate replaced its metrics.json)."""
+    """finetune, init, export, evaluate --out and tokenizer train used to write into a folder holding a fine-tuned
+    model (init replaced its weights with random ones; finetune mixed two runs; export replaced its config.json
+    and tokenizer with another model's; evaluate replaced its metrics.json)."""
     used = tmp_path / "used"
     shutil.copytree(model, used)
     (used / "notes.txt").write_text("mine")
@@ -202,6 +203,8 @@ def test_a_model_directory_is_never_written_over_by_another_command(model, tok_d
     assert main(["tokenizer", "train", "--input", str(tmp_path / "sst" / "train.tsv"), "--vocab-size", "60",
                  "--out", str(used)]) == 2  # fmt: skip
     one_line(capsys, "holds a model (config.json)")
+    assert main(["export", "--model", str(model), "--out", str(used)]) == 2
+    one_line(capsys, "holds a torch model")
     assert _snapshot(used) == before
     # --overwrite replaces the earlier run's model and metrics, and leaves the user's file alone
     assert main([*finetune, "--overwrite", "--seed", "1"]) == 0  # another seed: other weights
