@@ -97,6 +97,47 @@ class StudySettings:
             self.out = f"runs/ablate/{self.study}"
 
 
+STUDY_RECORD = "study_settings.json"
+
+
+def _recorded(s: StudySettings) -> dict[str, Any]:
+    """The settings that decide a variant's numbers (not where the study lives, nor which variants this
+    process runs), paths made absolute so that another working directory reads the same."""
+    d = asdict(s)
+    for name in ("out", "variants"):
+        d.pop(name)
+    for name in ("corpus", "finetune_data"):
+        if d[name]:
+            d[name] = str(Path(d[name]).resolve())
+    return d
+
+
+def claim_study_dir(s: StudySettings, write: bool = True) -> None:
+    """A study directory holds one study: finished variants are reused only under the settings they were run
+    with (recorded in STUDY_RECORD on the first run), and a folder holding other things is not taken over.
+    ``write=False`` (a report) only compares."""
+    out = Path(s.out)
+    record = out / STUDY_RECORD
+    now = _recorded(s)
+    if record.is_file():
+        saved = json.loads(record.read_text(encoding="utf-8"))
+        changed = [f"{k} {saved.get(k)!r} there, {v!r} now" for k, v in now.items() if saved.get(k) != v]
+        if changed:
+            raise UserError(f"--out {out} holds the {saved.get('study')} study, run with other settings "
+                            f"({'; '.join(changed)}); give the same settings to continue it, or another --out")
+        return
+    ours = {"data", "study.json", "study.md", "study.png", "curves.png", *(v.name for v in study_variants(s.study))}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
+    if foreign:
+        raise UserError(f"--out {out} holds files that are not a study's ({', '.join(foreign[:5])}); "
+                        "give a new or empty --out")
+    if write:
+        from albertlm.files import write_text_atomic
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(record, json.dumps(now, indent=1, sort_keys=True))
+
+
 def _lang(corpus: Path) -> str:
     sample = next((p for p in sorted(corpus.glob("*.txt")) if p.name != "heldout.txt"), None)
     if sample is None:
@@ -313,7 +354,7 @@ def run_study(s: StudySettings, report_only: bool = False, log=_log.info) -> tup
         unknown = set(s.variants) - {v.name for v in variants}
         if unknown:
             raise UserError(f"--variants: unknown {sorted(unknown)}; {s.study} has {[v.name for v in variants]}")
-    Path(s.out).mkdir(parents=True, exist_ok=True)
+    claim_study_dir(s, write=not report_only)
     if not report_only:
         data = prepare_data(s, {v.task for v in variants}, log)
         for v in variants:

@@ -9,6 +9,7 @@ import pytest
 from shared_data import DATA
 
 from albertlm.ablation import StudySettings, run_study, study_variants
+from albertlm.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,17 @@ def test_objective_study_tiny_budget(corpus, tmp_path):
     before = (tmp_path / "sop" / "result.json").stat().st_mtime
     run_study(s, log=lambda *_: None)
     assert (tmp_path / "sop" / "result.json").stat().st_mtime == before
+    # ... but only under the settings they were run with: a table never mixes two budgets
+    with pytest.raises(UserError, match="holds the objective study, run with other settings .steps 2 there, 3 now"):
+        run_study(StudySettings(**{**vars(s), "steps": 3}), log=lambda *_: None)
+    with pytest.raises(UserError, match="other settings"):
+        run_study(StudySettings(**{**vars(s), "steps": 3}), report_only=True)
+    # a folder holding anything else is not taken over
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match="holds files that are not a study's .notes.txt."):
+        run_study(StudySettings(**{**vars(s), "out": str(tmp_path / "mine")}), log=lambda *_: None)
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
     # a variant linked from another study reports under that study's name and paper column
     sharing = tmp_path / "sharing"
     sharing.mkdir()
