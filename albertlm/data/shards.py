@@ -279,6 +279,9 @@ def build_dataset(
         raise UserError(f"--mode must be static or dynamic, got {mode!r}")
     if dupe_factor < 1:
         raise UserError(f"--dupe-factor must be >= 1, got {dupe_factor}")
+    if (Path(out_dir) / "config.json").exists():
+        raise UserError(f"--out {out_dir} holds a model (config.json); shards get a folder of their own: choose "
+                        "another --out")
     t0 = time.time()
     files = resolve_inputs(inputs, exclude)
     skipped: Counter = Counter()

@@ -205,6 +205,9 @@ def test_a_model_directory_is_never_written_over_by_another_command(model, tok_d
     one_line(capsys, "holds a model (config.json)")
     assert main(["export", "--model", str(model), "--out", str(used)]) == 2
     one_line(capsys, "holds a torch model")
+    assert main(["data", "build", "--input", str(tmp_path / "sst" / "train.tsv"), "--tokenizer", str(tok_dir),
+                 "--out", str(used)]) == 2  # fmt: skip
+    one_line(capsys, "holds a model (config.json)")
     assert _snapshot(used) == before
     # --overwrite replaces the earlier run's model and metrics, and leaves the user's file alone
     assert main([*finetune, "--overwrite", "--seed", "1"]) == 0  # another seed: other weights
