@@ -62,6 +62,11 @@ def test_classify_rejects_bad_input(classify_client, body, status, code):
     assert err["code"] == code and err["message"]
 
 
+def test_a_null_text_is_named_as_null_not_as_missing(classify_client):
+    r = classify_client.post("/v1/predict", json={"inputs": [{"text": "fine"}, {"text": None}]})
+    assert r.status_code == 422 and r.json()["error"]["message"] == 'input 1: "text" must be a string, got null'
+
+
 def test_endpoints_follow_the_head(classify_client):
     r = classify_client.post("/v1/answer", json={"question": "q", "context": "c"})
     assert r.status_code == 404 and "/v1/classify" in r.json()["error"]["message"]

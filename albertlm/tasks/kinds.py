@@ -234,7 +234,9 @@ class Classification(TaskKind):
         except DataError as e:
             raise DataError(f"{where}: {e}") from None
         if a is None:
-            raise DataError(f'{where}: no "text" field (has {sorted(obj)})')
+            null = next((k for k in self.TEXT_KEYS if k in obj), None)  # present, but null
+            raise DataError(f'{where}: "{null}" must be a string, got null' if null
+                            else f'{where}: no "text" field (has {sorted(obj)})')
         return TextExample(a, b, None, where)
 
 
