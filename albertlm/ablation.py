@@ -126,7 +126,8 @@ def claim_study_dir(s: StudySettings, write: bool = True) -> None:
             raise UserError(f"--out {out} holds the {saved.get('study')} study, run with other settings "
                             f"({'; '.join(changed)}); give the same settings to continue it, or another --out")
         return
-    ours = {"data", "study.json", "study.md", "study.png", "curves.png", *(v.name for v in study_variants(s.study))}
+    variants = study_variants(s.study, {**BASE, **s.model}["hidden_size"])
+    ours = {"data", "study.json", "study.md", "study.png", "curves.png", *(v.name for v in variants)}
     foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
     if foreign:
         raise UserError(f"--out {out} holds files that are not a study's ({', '.join(foreign[:5])}); "
