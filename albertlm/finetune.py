@@ -275,7 +275,6 @@ def check_out(out: Path, model_arg: str, overwrite: bool) -> None:
                         "--overwrite, or choose another --out")
 
 
-
 def train(
     task: Task,
     data: Data,
