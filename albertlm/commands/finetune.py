@@ -341,6 +341,10 @@ def _convert(args: argparse.Namespace) -> int:
     src = Path(args.input)
     if not src.is_file():
         raise FileNotFoundError(f"--input {src} does not exist")
+    there = [n for n in ("train.txt", "dev.txt", "test.txt") if (Path(args.out) / n).exists()]
+    if there:
+        raise UserError(f"--out {args.out} already has {', '.join(there)}; choose another --out (nothing is "
+                        "overwritten)")
     counts = convert_pku(src, Path(args.out))
     print(f"converted {src} by line number (80/10/10): " + ", ".join(f"{k} {v} sentences" for k, v in counts.items())
           + f"; wrote train.txt/dev.txt/test.txt to {args.out}")  # fmt: skip

@@ -120,6 +120,9 @@ def _pku(data: Path, tmp_path: Path, min_train: int) -> None:
     assert main(["convert-pku-ner", "--input", str(src), "--out", str(tmp_path)]) == 0
     dev = read_conll(tmp_path / "dev.txt", RowPolicy())
     assert [e.tags for e in dev] == [e.tags for e in splits["dev"]]
+    before = (tmp_path / "train.txt").read_bytes()
+    assert main(["convert-pku-ner", "--input", str(src), "--out", str(tmp_path)]) == 2  # never written over
+    assert (tmp_path / "train.txt").read_bytes() == before
 
 
 def _write(path: Path, text: str) -> Path:
