@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, check_bounds
 
 _log = logging.getLogger(__name__)
 
@@ -72,29 +72,31 @@ class StudySettings:
     study: str = _opt("objective", "which table", choices=STUDIES)
     corpus: str = _opt("", "directory of classic-format *.txt with a heldout.txt (held out of training)")
     out: str | None = _opt(None, "study directory (default: runs/ablate/STUDY)")
-    steps: int = _opt(300, "pretraining steps per variant (the equal budget)")
-    global_batch_size: int = _opt(64, "instances per step")
-    micro_batch_size: int = _opt(32, "instances per forward")
-    lr: float = _opt(3e-3, "LAMB learning rate")
-    max_seq_length: int = _opt(128, "tokens per instance (and per held-out pair)")
-    vocab_size: int = _opt(8000, "tokenizer vocabulary trained on the corpus")
+    steps: int = _opt(300, "pretraining steps per variant (the equal budget)", min=1)
+    global_batch_size: int = _opt(64, "instances per step", min=1)
+    micro_batch_size: int = _opt(32, "instances per forward", min=1)
+    lr: float = _opt(3e-3, "LAMB learning rate", above=0)
+    max_seq_length: int = _opt(128, "tokens per instance (and per held-out pair)", min=8)
+    vocab_size: int = _opt(8000, "tokenizer vocabulary trained on the corpus", min=10)
     seed: int = _opt(0, "the one seed every variant shares", min=0, max=2**32 - 1)
     precision: str = _opt("fp32", "arithmetic of every run (fp32 by default, so a study's numbers do not depend on "
                           "whether the machine has bf16 instructions)", choices=("auto", "fp32", "bf16"))
-    eval_batches: int = _opt(20, "held-out MLM accuracy: batches of the held-out SOP shards")
-    eval_pairs: int = _opt(1000, "balanced held-out pairs per contrast, each scored with its negative")
+    eval_batches: int = _opt(20, "held-out MLM accuracy: batches of the held-out SOP shards", min=1)
+    eval_pairs: int = _opt(1000, "balanced held-out pairs per contrast, each scored with its negative", min=1)
     finetune_task: str | None = _opt(None, "downstream task (default: sst2 for English, chnsenticorp for Chinese)")
     finetune_data: str | None = _opt(None, "downstream data directory (default: data/<task> two levels above --corpus)")
-    finetune_steps: int = _opt(300, "fine-tuning steps per variant and seed (0 = skip)")
-    finetune_lr: float = _opt(3e-4, "fine-tuning peak learning rate (AdamW)")
-    finetune_limit_train: int = _opt(8000, "training examples used downstream")
-    finetune_seeds: int = _opt(3, "downstream runs per variant (seeds SEED, SEED+1, ...): mean and spread")
+    finetune_steps: int = _opt(300, "fine-tuning steps per variant and seed (0 = skip)", min=0)
+    finetune_lr: float = _opt(3e-4, "fine-tuning peak learning rate (AdamW)", above=0)
+    finetune_limit_train: int = _opt(8000, "training examples used downstream (0: all)", min=0)
+    finetune_seeds: int = _opt(3, "downstream runs per variant (seeds SEED, SEED+1, ...): mean and spread",
+                                min=1)
     variants: list[str] | None = None  # run only these (the others are left for other processes)
     model: dict[str, Any] = field(default_factory=dict)  # changes to BASE shared by every variant
 
     def __post_init__(self) -> None:
         if self.out is None:
             self.out = f"runs/ablate/{self.study}"
+        check_bounds(self)
 
 
 STUDY_RECORD = "study_settings.json"

@@ -51,6 +51,35 @@ class MissingDependency(AlbertlmError, ImportError):
     """An optional dependency is missing; the message gives the install command."""
 
 
+def out_of_bounds(value: float, low: float | None = None, high: float | None = None,
+                  above: float | None = None) -> str | None:
+    """Why ``value`` breaks the bounds a setting declares (``min`` / ``max`` / ``above`` in its dataclass field's
+    metadata), or None: the one rule behind the CLI's bounded flags and ``check_bounds``."""
+    if value != value:  # NaN passes every comparison
+        return "must be a number"
+    if above is not None and not value > above:
+        return f"must be above {above}"
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            return f"must be from {low} to {high}"
+        return f"must be at least {low}" if low is not None else f"must be at most {high}"
+    return None
+
+
+def check_bounds(settings: object) -> None:
+    """Every number of a settings dataclass holds to the bounds its field declares, as the flags do at parse
+    time: settings built in Python or read back from a run's record get the same one-line refusal."""
+    import dataclasses
+
+    for f in dataclasses.fields(settings):  # type: ignore[arg-type]
+        value = getattr(settings, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        why = out_of_bounds(value, f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("above"))
+        if why:
+            raise UserError(f"--{f.name.replace('_', '-')} {why}, not {value}")
+
+
 class RequestError(AlbertlmError):
     """A bad request to the inference server: answered with ``status`` and a JSON error body."""
 

@@ -61,15 +61,18 @@ _log = logging.getLogger(__name__)
 class Settings:
     """Fine-tuning hyperparameters: None means "the task's default" (registry / paper Table 14)."""
 
-    lr: float | None = field(default=None, metadata={"help": "peak learning rate (default: the task's)"})
-    batch_size: int | None = field(default=None, metadata={"help": "training batch size (default: the task's)"})
-    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps (default: the task's)"})
-    epochs: float | None = field(default=None, metadata={"help": "passes over the training set, instead of steps"})
-    warmup: float | None = field(default=None, metadata={"help": "warmup steps, or a fraction of all steps if < 1"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    lr: float | None = field(default=None, metadata={"help": "peak learning rate (default: the task's)", "above": 0})
+    batch_size: int | None = field(default=None, metadata={"help": "training batch size (default: the task's)",
+                                                          "min": 1})
+    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps (default: the task's)", "min": 1})
+    epochs: float | None = field(default=None, metadata={"help": "passes over the training set, instead of steps",
+                                                         "above": 0})
+    warmup: float | None = field(default=None, metadata={"help": "warmup steps, or a fraction of all steps if < 1",
+                                                         "min": 0})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout", "min": 0,
                                            "max": 2**32 - 1})
-    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)", "min": 0})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     precision: str = field(default="auto", metadata={
         "help": "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32), fp32 or bf16; weights stay fp32",

@@ -29,7 +29,7 @@ from albertlm import checkpoint as ckpt
 from albertlm import rundir
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
-from albertlm.errors import TrainingError
+from albertlm.errors import TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
@@ -59,15 +59,15 @@ class PretrainConfig:
     model_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE, e.g. {"sharing": "none"}
     init_from: str | None = _opt(None, "start from these weights (HF-layout model directory)")
     optimizer: str = _opt("lamb", "lamb as the paper, or adamw", choices=("lamb", "adamw"))
-    lr: float | None = _opt(None, "peak learning rate (default: 1.76e-3 for LAMB, 5e-4 for AdamW)")
-    weight_decay: float = _opt(0.01, "decoupled weight decay")
-    warmup_steps: int | None = _opt(None, "linear warmup steps (default: max-steps / 10)")
-    max_steps: int = _opt(1000, "optimizer steps")
+    lr: float | None = _opt(None, "peak learning rate (default: 1.76e-3 for LAMB, 5e-4 for AdamW)", above=0)
+    weight_decay: float = _opt(0.01, "decoupled weight decay", min=0)
+    warmup_steps: int | None = _opt(None, "linear warmup steps (default: max-steps / 10)", min=0)
+    max_steps: int = _opt(1000, "optimizer steps", min=1)
     lr_schedule: str = _opt("original", "original: s/W warmup then 1 - s/T over the whole run (google-research/"
                             "albert); linear: decay from the peak at the end of warmup", choices=tuple(SCHEDULES))
-    global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches")
-    micro_batch_size: int = _opt(32, "instances per forward on one process")
-    clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7)")
+    global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches", min=1)
+    micro_batch_size: int = _opt(32, "instances per forward on one process", min=1)
+    clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7; inf: none)", above=0)
     precision: str = _opt("auto", "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX or the GPU has bf16, "
                           "else fp32), fp32, bf16 (autocast) or fp16 (autocast + grad scaler); weights stay fp32",
                           choices=PRECISIONS)
@@ -76,15 +76,16 @@ class PretrainConfig:
     fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
     pack: bool = _opt(False, "pack several instances per row (no padding)")
     seed: int = _opt(0, "seed for weights and data order", min=0, max=2**32 - 1)
-    log_every: int = _opt(10, "steps between metric lines")
-    eval_every: int = _opt(100, "steps between validations")
-    eval_batches: int = _opt(20, "micro-batches per validation")
-    save_every: int = _opt(100, "steps between checkpoints")
-    keep_last: int = _opt(2, "checkpoints kept")
+    log_every: int = _opt(10, "steps between metric lines", min=1)
+    eval_every: int = _opt(100, "steps between validations", min=1)
+    eval_batches: int = _opt(20, "micro-batches per validation", min=1)
+    save_every: int = _opt(100, "steps between checkpoints", min=1)
+    keep_last: int = _opt(2, "checkpoints kept (0: all)", min=0)
     max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops; a run "
-                                  "whose last min(N, steps) updates were all skipped fails")
+                                  "whose last min(N, steps) updates were all skipped fails", min=1)
     device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
-    peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table; no MFU on CPU)")
+    peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table; no MFU on CPU)",
+                                     above=0)
     tensorboard: bool = _opt(False, "also log to TensorBoard (if installed)")
     progress: bool = _opt(True, "show a progress bar")
 
@@ -105,12 +106,9 @@ class PretrainConfig:
             raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
         if self.optimizer not in LR_DEFAULTS:
             raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
-        if self.max_steps <= 0:
-            raise TrainingError(f"--max-steps must be at least 1, not {self.max_steps}")
-        if not 0 <= self.warmup <= self.max_steps:
+        check_bounds(self)  # every number's own bounds (the flags' bounds: a run_config.json or Python gets them too)
+        if self.warmup > self.max_steps:
             raise TrainingError(f"--warmup-steps must be from 0 to --max-steps ({self.max_steps}), not {self.warmup}")
-        if self.micro_batch_size <= 0 or self.global_batch_size <= 0:
-            raise TrainingError("--global-batch-size and --micro-batch-size must be at least 1")
         if not self.init_from:
             AlbertConfig.from_preset(self.preset, **self.model_overrides)  # unknown preset or field, bad shape
 

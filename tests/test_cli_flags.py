@@ -91,3 +91,40 @@ def test_every_seed_flag_takes_only_what_numpy_and_torch_take(command, capsys):
         assert stop.value.code == 2
         assert f"argument --seed: must be from 0 to 4294967295, not {bad}" in capsys.readouterr().err
     assert build_parser().parse_args([*command, "--seed", str(2**32 - 1)]).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize("command, flag, bad, why", [
+    (["pretrain"], "--max-steps", "0", "must be at least 1"),
+    (["pretrain"], "--lr", "0", "must be above 0"),
+    (["pretrain"], "--clip-norm", "-1", "must be above 0"),
+    (["pretrain"], "--save-every", "0", "must be at least 1"),
+    (["pretrain"], "--weight-decay", "nan", "must be a number"),
+    (["finetune", *REQUIRED["finetune"]], "--batch-size", "0", "must be at least 1"),
+    (["finetune", *REQUIRED["finetune"]], "--max-seq-length", "2", "must be at least 8"),
+    (["finetune", *REQUIRED["finetune"]], "--holdout", "-1", "must be at least 0"),
+    (["evaluate", *REQUIRED["evaluate"]], "--threads", "-1", "must be at least 1"),
+    (["predict", *REQUIRED["predict"]], "--n-best", "0", "must be at least 1"),
+    (["serve", *REQUIRED["serve"]], "--max-items", "0", "must be at least 1"),
+    (["ablate"], "--finetune-seeds", "0", "must be at least 1"),
+    (["analyze", "intrinsic", "--model", "m", "--data", "d"], "--epochs", "0", "must be at least 1"),
+    (["analyze", "pairs", "--model", "m", "--heldout", "h"], "--pairs", "-1", "must be at least 1"),
+    (["data", "build", "--input", "x", "--tokenizer", "t", "--out", "o"], "--chunk-mb", "0", "must be above 0"),
+])  # fmt: skip
+def test_numbers_out_of_their_range_stop_at_the_flag(command, flag, bad, why, capsys):
+    """Each was accepted and then crashed deep in the run (a division by zero, torch's thread check) or ran
+    silently wrong (a zero learning rate, a negative clip norm, no pairs to score)."""
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([*command, flag, bad])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {flag}" in err and err.endswith(f": {why}, not {bad}"), err
+
+
+def test_settings_built_in_python_get_the_same_bounds():
+    from albertlm.ablation import StudySettings
+    from albertlm.errors import UserError
+
+    with pytest.raises(UserError, match="--max-steps must be at least 1, not 0"):
+        PretrainConfig(max_steps=0, data="d").validate(1)
+    with pytest.raises(UserError, match="--finetune-seeds must be at least 1, not 0"):
+        StudySettings(finetune_seeds=0)

@@ -92,15 +92,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="jieba whole-word masking for Chinese (default: on for wordpiece tokenizers)",
     )
-    b.add_argument("--workers", type=int, default=1, help="worker processes (one unit per file chunk)")
-    b.add_argument("--chunk-mb", type=float, default=32.0, help="split input files into units of this size")
+    b.add_argument("--workers", type=flags.count, default=1, help="worker processes (one unit per file chunk)")
+    b.add_argument("--chunk-mb", type=flags.bounded(float, above=0), default=32.0,
+                   help="split input files into units of this size")
     b.add_argument("--seed", type=flags.seed, default=12345, help="seed of every random choice")
     b.set_defaults(func=run_build)
 
     i = dsub.add_parser("inspect", help="print the manifest summary and a few decoded instances")
     i.add_argument("dir", help="a directory written by `albertlm data build`")
-    i.add_argument("--num", type=int, default=3, help="instances to print")
-    i.add_argument("--epoch", type=int, default=0, help="epoch (dynamic mode draws per epoch)")
+    i.add_argument("--num", type=flags.count, default=3, help="instances to print")
+    i.add_argument("--epoch", type=flags.limit, default=0, help="epoch (dynamic mode draws per epoch)")
     i.add_argument("--verify", action="store_true", help="also check every shard's sha256")
     i.set_defaults(func=run_inspect)
 

@@ -20,6 +20,7 @@ import logging
 import sys
 from pathlib import Path
 
+from albertlm.commands import flags
 from albertlm.errors import UserError
 from albertlm.files import write_text_atomic
 
@@ -76,10 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="replace the model and metrics an earlier run left in --out (other files stay)")
     ft.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
     ft.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
-    ft.add_argument("--holdout", type=int, default=0, help="evaluate on the last N training examples instead")
+    ft.add_argument("--holdout", type=flags.limit, default=0, help="evaluate on the last N training examples instead")
     _user_data_flags(ft)
-    ft.add_argument("--limit-train", type=int, default=0, help="use only the first N training examples")
-    ft.add_argument("--limit-eval", type=int, default=0, help="evaluate on the first N evaluation examples")
+    ft.add_argument("--limit-train", type=flags.limit, default=0, help="use only the first N training examples")
+    ft.add_argument("--limit-eval", type=flags.limit, default=0, help="evaluate on the first N evaluation examples")
     add_flags(ft, Settings)
     ft.add_argument("--quiet", dest="progress", action="store_false", default=None, help="the same as --no-progress")
     ft.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -93,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--data", required=True, help="dataset directory or file")
     ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
-    ev.add_argument("--limit", type=int, default=0, help="evaluate on the first N examples")
+    ev.add_argument("--limit", type=flags.limit, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")
     ev.add_argument("--official-format", default=None, metavar="DIR",
                     help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
@@ -139,7 +140,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                         "(default: auto)")  # fmt: skip
     p.add_argument("--fp32", dest="precision", action="store_const", const="fp32",
                    help="same as --precision fp32 (older name)")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    p.add_argument("--threads", type=flags.count, default=None, help="intra-op threads (default: all cores)")
 
 
 def load_predictor(args: argparse.Namespace):  # noqa: ANN201
@@ -148,9 +149,6 @@ def load_predictor(args: argparse.Namespace):  # noqa: ANN201
     from albertlm.inference import Predictor
     from albertlm.tasks.kinds import InferenceSettings
 
-    for name, v in values(args, InferenceSettings).items():
-        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     return Predictor.load(args.model, engine=args.engine, threads=args.threads, tokenizer=args.tokenizer,
                           task=getattr(args, "task", None), overrides=values(args, InferenceSettings),
                           precision=args.precision)  # fmt: skip
@@ -162,10 +160,6 @@ def _settings(args: argparse.Namespace):
     from albertlm.finetune import Settings
     from albertlm.tasks.kinds import InferenceSettings
 
-    for name in ("lr", "batch_size", "max_steps", "epochs", "max_seq_length", "eval_batch_size"):
-        v = getattr(args, name, None)
-        if v is not None and v <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     inference = build(args, InferenceSettings)
     return build(args, Settings, inference=inference, config_overrides=parse_overrides(args.set))
 

@@ -2,8 +2,8 @@
 can never drift from the setting it sets.
 
 A field ``eval_batch_size: int = 64`` with ``metadata={"help": ...}`` becomes ``--eval-batch-size N``
-(help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` in the metadata bound a
-number. Every derived flag parses to None when it is not given, so ``values`` returns only what the user
+(help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` / ``above`` in the metadata
+bound a number. Every derived flag parses to None when it is not given, so ``values`` returns only what the user
 typed and the dataclass default (or a base object such as the demo's settings) applies to the rest.
 """
 
@@ -14,6 +14,8 @@ import dataclasses
 import types
 import typing
 from typing import Any
+
+from albertlm.errors import out_of_bounds
 
 
 def _scalar(hint: Any) -> Any:
@@ -27,16 +29,16 @@ def _scalar(hint: Any) -> Any:
 SEED_MAX = 2**32 - 1  # numpy's and torch's seeds
 
 
-def bounded(kind: type, low: float | None = None, high: float | None = None) -> Any:
-    """An argparse type: ``kind`` parsed, then held to [low, high], so an out-of-range value ends in argparse's
-    one line (``argument --seed: ...``) instead of a traceback from deep inside the run."""
+def bounded(kind: type, low: float | None = None, high: float | None = None, above: float | None = None) -> Any:
+    """An argparse type: ``kind`` parsed, then held to [low, high] (and above ``above``), so an out-of-range
+    value ends in argparse's one line (``argument --seed: ...``) instead of a traceback, or a silently odd
+    run, from deep inside the command."""
 
     def parse(text: str) -> Any:
         value = kind(text)
-        if (low is not None and value < low) or (high is not None and value > high):
-            span = f"from {low} to {high}" if low is not None and high is not None else (
-                f"at least {low}" if low is not None else f"at most {high}")
-            raise argparse.ArgumentTypeError(f"must be {span}, not {text}")
+        why = out_of_bounds(value, low, high, above)
+        if why:
+            raise argparse.ArgumentTypeError(f"{why}, not {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
@@ -44,6 +46,8 @@ def bounded(kind: type, low: float | None = None, high: float | None = None) -> 
 
 
 seed = bounded(int, 0, SEED_MAX)  # the type of every --seed
+count = bounded(int, 1)  # how many of something: at least one
+limit = bounded(int, 0)  # "the first N" (0: all)
 
 
 def flag_fields(cls: type, skip: tuple[str, ...] = ()) -> list[tuple[dataclasses.Field, Any]]:
@@ -81,8 +85,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         else:
-            low, high = f.metadata.get("min"), f.metadata.get("max")
-            parse = kind if low is None and high is None else bounded(kind, low, high)
+            bounds = {k: f.metadata.get(m) for k, m in (("low", "min"), ("high", "max"), ("above", "above"))}
+            parse = bounded(kind, **bounds) if any(v is not None for v in bounds.values()) else kind
             parser.add_argument(*names, type=parse, metavar=f.metadata.get("metavar"), **kw)
 
 

@@ -19,7 +19,7 @@ from albertlm.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.finetune import _engine_flags, _inference_flags
-    from albertlm.commands.flags import add_flags, bounded
+    from albertlm.commands.flags import add_flags, bounded, count
     from albertlm.serve import BatchSettings
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
                    help="TCP port (default: 8000; 0: any free port, printed at the start)")
-    p.add_argument("--max-items", type=int, default=32, help="most inputs per request (default: 32)")
-    p.add_argument("--max-request-bytes", type=int, default=1 << 20,
+    p.add_argument("--max-items", type=count, default=32, help="most inputs per request (default: 32)")
+    p.add_argument("--max-request-bytes", type=count, default=1 << 20,
                    help="largest request body accepted (default: 1 MiB)")  # fmt: skip
     add_flags(p, BatchSettings)
     _engine_flags(p)
@@ -43,9 +43,6 @@ def run(args: argparse.Namespace) -> int:
     from albertlm.inference import require
     from albertlm.serve import BatchSettings
 
-    for flag, value in (("--max-items", args.max_items), ("--max-request-bytes", args.max_request_bytes)):
-        if value < 1:
-            raise UserError(f"{flag} must be >= 1, got {value}")
     batching = build(args, BatchSettings)  # checks the values before the model loads
     uvicorn = require("uvicorn")
     from albertlm.serve import create_app

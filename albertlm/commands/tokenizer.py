@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--no-lowercase", action="store_true", help="keep case (ALBERT lowercases by default)")
     train.add_argument(
         "--input-sentence-size",
-        type=int,
+        type=flags.count,
         default=2_000_000,
         help="sentencepiece: lines sampled from the corpus for training (keeps memory bounded)",
     )

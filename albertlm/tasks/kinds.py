@@ -36,14 +36,16 @@ NULL_THRESHOLD_KEY = "null_threshold"  # SQuAD 2.0: answer "" when the null scor
 class InferenceSettings:
     """How inputs are cut and batched, and how answers are decoded (evaluate, predict, serve, finetune)."""
 
-    max_seq_length: int | None = field(default=None, metadata={
+    max_seq_length: int | None = field(default=None, metadata={"min": 8,
         "help": "tokens per sequence, specials included (default: the saved fine-tuning value, else the task's)"})
-    eval_batch_size: int = field(default=64, metadata={"help": "sequences per forward when evaluating or predicting"})
+    eval_batch_size: int = field(default=64, metadata={"help": "sequences per forward when evaluating or predicting",
+                                                       "min": 1})
     bucketing: bool = field(default=True, metadata={"help": "sort inputs by length before batching (less padding)"})
-    doc_stride: int = field(default=128, metadata={"help": "QA: tokens between the starts of a long context's windows"})
-    max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept"})
-    max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer, in tokens"})
-    n_best: int = field(default=20, metadata={"help": "QA: start and end candidates searched per window"})
+    doc_stride: int = field(default=128, metadata={"help": "QA: tokens between the starts of a long context's windows",
+                                                   "min": 1})
+    max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept", "min": 1})
+    max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer, in tokens", "min": 1})
+    n_best: int = field(default=20, metadata={"help": "QA: start and end candidates searched per window", "min": 1})
 
 
 @dataclass

@@ -185,8 +185,7 @@ def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
 
 @pytest.mark.parametrize("typo, needle", [(("--preset", "albert-tyni"), "unknown preset 'albert-tyni'"),
                                           (("--set", "hidden_size=31"), "not divisible"),
-                                          (("--max-steps", "0"), "--max-steps must be at least 1"),
-                                          (("--warmup-steps", "-1"), "--warmup-steps must be from 0 to")])
+                                          (("--warmup-steps", "100000"), "--warmup-steps must be from 0 to")])
 def test_a_typo_stops_before_anything_is_built_or_replaced(run2, shards, tmp_path, capsys, monkeypatch, typo, needle):
     used = tmp_path / "used"
     shutil.copytree(run2, used)
