@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from albertlm.errors import DataError, RequestError, UserError
+from albertlm.errors import DataError, RequestError, UserError, check_bounds
 
 if TYPE_CHECKING:
     from albertlm.inference import Predictor
@@ -93,18 +93,17 @@ def _string_list(body: dict, key: str, limit: int) -> list[str]:
 class BatchSettings:
     """How the server groups concurrent requests into one forward pass (``albertlm serve`` flags)."""
 
-    batch_window_ms: float = field(default=5.0, metadata={"metavar": "MS",
+    batch_window_ms: float = field(default=5.0, metadata={"metavar": "MS", "min": 0,
         "help": "how long the oldest queued request waits for others to share its forward pass, in ms (0: no "
                 "waiting, only requests that queued while the model was busy join)"})  # fmt: skip
-    max_batch: int = field(default=32, metadata={"metavar": "N",
+    max_batch: int = field(default=32, metadata={"metavar": "N", "min": 1,
         "help": "most inputs in one batched forward pass; a larger request runs alone, never split (1: no "
                 "batching)"})  # fmt: skip
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.batch_window_ms) and self.batch_window_ms >= 0):
-            raise UserError(f"--batch-window-ms must be a number >= 0, got {self.batch_window_ms}")
-        if self.max_batch < 1:
-            raise UserError(f"--max-batch must be >= 1 (1 turns batching off), got {self.max_batch}")
+        check_bounds(self)
+        if math.isinf(self.batch_window_ms):
+            raise UserError("--batch-window-ms must be finite: a window that never closes never answers")
 
 
 @dataclass

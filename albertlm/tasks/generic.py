@@ -94,7 +94,7 @@ class UserData:
         "help": "your data: the file format (default: from the file name, else detected)", "choices": FORMATS})
     header: bool | None = field(default=None, metadata={
         "help": "your data: the first CSV/TSV line is a header (--no-header: it is data) (default: detected)"})
-    dev_fraction: float = field(default=0.1, metadata={
+    dev_fraction: float = field(default=0.1, metadata={"above": 0, "max": 0.5,
         "help": "your data: with no dev file, hold out this share of the training rows (seeded by --seed)"})
 
     def given(self) -> dict[str, str]:
