@@ -294,9 +294,11 @@ class AlbertConfig:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no config.json; is this a model directory?")
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a config.json (not UTF-8 text); pass a model directory") from None
         return cls.from_dict(d, source=str(path))
 
 

@@ -213,3 +213,15 @@ def test_a_model_directory_is_never_written_over_by_another_command(model, tok_d
     assert main([*finetune, "--overwrite", "--seed", "1"]) == 0  # another seed: other weights
     assert (used / "notes.txt").read_text() == "mine"
     assert (used / "model.safetensors").read_bytes() != before["model.safetensors"]
+
+
+def test_a_binary_file_given_as_a_model_is_one_line(tmp_path):
+    """AlbertConfig.load reads a config.json given as a file too; a binary file was a UnicodeDecodeError
+    traceback (`--init-from`, `analyze --model`)."""
+    from albertlm.config import AlbertConfig
+    from albertlm.errors import ConfigError
+
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(bytes(range(128, 256)) * 4)
+    with pytest.raises(ConfigError, match="not a config.json .not UTF-8 text."):
+        AlbertConfig.load(blob)
