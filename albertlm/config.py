@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import ConfigError
-from albertlm.files import write_text_atomic
+from albertlm.files import read_json, write_text_atomic
 
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 SHARING_MODES = ("all", "attention", "ffn", "none")
@@ -293,13 +293,7 @@ class AlbertConfig:
         path = path / "config.json" if path.is_dir() else path
         if not path.exists():
             raise FileNotFoundError(f"{path}: no config.json; is this a model directory?")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not a config.json (not UTF-8 text); pass a model directory") from None
-        return cls.from_dict(d, source=str(path))
+        return cls.from_dict(read_json(path, ConfigError), source=str(path))
 
 
 def _albert(h: int, layers: int, heads: int, *, v1: bool, dropout: float, **kw: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import torch
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import CheckpointError
-from albertlm.files import require_new_dir
+from albertlm.files import read_json, require_new_dir
 from albertlm.heads import HEADS as MODEL_HEADS
 from albertlm.hf import tf_to_hf_name
 from albertlm.tf_checkpoint import TFCheckpoint, resolve_prefix
@@ -141,10 +141,7 @@ def read_original_config(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         what = "is not a file" if path.exists() else "does not exist"
         raise FileNotFoundError(f"{path} {what}; pass the albert_config.json released with the checkpoint")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConversionError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    d = read_json(path, ConversionError)
     if not isinstance(d, dict):
         raise ConversionError(f"{path}: expected a JSON object (an albert_config.json)")
     return d

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
+
+
+def read_json(path: str | Path, error: type[Exception] | None = None) -> Any:
+    """The JSON in ``path``, or ``error`` (UserError by default) in one line naming the file, and the line
+    when the text is not JSON, or saying it is not text at all."""
+    from albertlm.errors import UserError
+
+    error = error or UserError
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8 text, so not the JSON file expected here") from None
 
 
 def require_new_dir(path: str | Path, flag: str = "--out") -> Path:

@@ -215,7 +215,7 @@ def test_a_model_directory_is_never_written_over_by_another_command(model, tok_d
     assert (used / "model.safetensors").read_bytes() != before["model.safetensors"]
 
 
-def test_a_binary_file_given_as_a_model_is_one_line(tmp_path):
+def test_a_binary_file_given_as_a_model_is_one_line(tmp_path, capsys):
     """AlbertConfig.load reads a config.json given as a file too; a binary file was a UnicodeDecodeError
     traceback (`--init-from`, `analyze --model`)."""
     from albertlm.config import AlbertConfig
@@ -223,5 +223,9 @@ def test_a_binary_file_given_as_a_model_is_one_line(tmp_path):
 
     blob = tmp_path / "weights.bin"
     blob.write_bytes(bytes(range(128, 256)) * 4)
-    with pytest.raises(ConfigError, match="not a config.json .not UTF-8 text."):
+    with pytest.raises(ConfigError, match="weights.bin: not UTF-8 text, so not the JSON file expected here"):
         AlbertConfig.load(blob)
+    ckpt = Path(__file__).resolve().parents[1] / "fixtures" / "tf" / "google" / "model.ckpt"
+    assert main(["convert", "--from", "tf", "--checkpoint", str(ckpt), "--config", str(blob),
+                 "--out", str(tmp_path / "o")]) == 2  # fmt: skip
+    one_line(capsys, "weights.bin: not UTF-8 text")
