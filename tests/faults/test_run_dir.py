@@ -186,7 +186,7 @@ def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
 @pytest.mark.parametrize("typo, needle", [(("--preset", "albert-tyni"), "unknown preset 'albert-tyni'"),
                                           (("--set", "hidden_size=31"), "not divisible"),
                                           (("--warmup-steps", "100000"), "--warmup-steps must be from 0 to")])
-def test_a_typo_stops_before_anything_is_built_or_replaced(run2, shards, tmp_path, capsys, monkeypatch, typo, needle):
+def test_a_typo_stops_before_anything_is_built_or_replaced(run2, shards, tmp_path, capsys, typo, needle):
     used = tmp_path / "used"
     shutil.copytree(run2, used)
     before = snapshot(used)
@@ -194,6 +194,5 @@ def test_a_typo_stops_before_anything_is_built_or_replaced(run2, shards, tmp_pat
     refused(*run(capsys, *pretrain_args(shards, used, "--overwrite", *typo, steps=1))[::2], needle)
     assert snapshot(used) == before
     # the embedded demo (no --data) checks the same settings before it builds its corpus and shards
-    monkeypatch.chdir(tmp_path / "used")
     refused(*run(capsys, "pretrain", "--out", str(tmp_path / "demo"), *typo)[::2], needle)
     assert not (tmp_path / "demo").exists()
