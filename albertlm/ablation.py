@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError, check_bounds
+from albertlm.errors import SEED_BOUNDS, UserError, check_bounds
 
 _log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class StudySettings:
     lr: float = _opt(3e-3, "LAMB learning rate", above=0)
     max_seq_length: int = _opt(128, "tokens per instance (and per held-out pair)", min=8)
     vocab_size: int = _opt(8000, "tokenizer vocabulary trained on the corpus", min=10)
-    seed: int = _opt(0, "the one seed every variant shares", min=0, max=2**32 - 1)
+    seed: int = _opt(0, "the one seed every variant shares", **SEED_BOUNDS)
     precision: str = _opt("fp32", "arithmetic of every run (fp32 by default, so a study's numbers do not depend on "
                           "whether the machine has bf16 instructions)", choices=("auto", "fp32", "bf16"))
     eval_batches: int = _opt(20, "held-out MLM accuracy: batches of the held-out SOP shards", min=1)

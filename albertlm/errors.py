@@ -51,6 +51,9 @@ class MissingDependency(AlbertlmError, ImportError):
     """An optional dependency is missing; the message gives the install command."""
 
 
+SEED_BOUNDS = {"min": 0, "max": 2**32 - 1}  # what numpy and torch take as a seed: every seed setting's bounds
+
+
 def out_of_bounds(value: float, low: float | None = None, high: float | None = None,
                   above: float | None = None) -> str | None:
     """Why ``value`` breaks the bounds a setting declares (``min`` / ``max`` / ``above`` in its dataclass field's

@@ -34,6 +34,15 @@ def require_new_dir(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
+def refuse_model_dir(path: str | Path, why: str) -> None:
+    """Stop (one line, ``why`` the fix) before a command writes into a folder holding a model (config.json):
+    a model's folder holds what belongs to its weights, nothing else."""
+    from albertlm.errors import UserError
+
+    if (Path(path) / "config.json").exists():
+        raise UserError(f"--out {path} holds a model (config.json); {why}")
+
+
 def fsync_dir(path: str | Path) -> None:
     """Make a rename inside ``path`` survive a power cut (the directory entry itself is flushed)."""
     fd = os.open(path, os.O_RDONLY)

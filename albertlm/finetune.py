@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from albertlm.config import PRESETS, AlbertConfig
-from albertlm.errors import DataError, UserError
+from albertlm.errors import SEED_BOUNDS, DataError, UserError
 from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
 from albertlm.inference import TASK_KEY, Predictor
@@ -70,8 +70,7 @@ class Settings:
     warmup: float | None = field(default=None, metadata={"help": "warmup steps, or a fraction of all steps if < 1",
                                                          "min": 0})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0})
-    seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout", "min": 0,
-                                           "max": 2**32 - 1})
+    seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout", **SEED_BOUNDS})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)", "min": 0})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     precision: str = field(default="auto", metadata={

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from albertlm.errors import UserError
+from albertlm.files import refuse_model_dir
 from albertlm.tokenizer import (
     SPM_FILE,
     VOCAB_FILE,
@@ -67,11 +68,8 @@ SPM_THREADS = 16
 def _refuse_other_kind(out_dir: Path, writing: str) -> None:
     """One folder holds one tokenizer: ``load_tokenizer`` would go on using a different kind found there;
     and a model's folder keeps the tokenizer its weights were trained with."""
-    from albertlm.errors import UserError
-
-    if (out_dir / "config.json").exists():
-        raise UserError(f"--out {out_dir} holds a model (config.json): its tokenizer is the one its embeddings were "
-                        "trained with; train the new one into another --out")
+    refuse_model_dir(out_dir, "its tokenizer is the one its embeddings were trained with: train the new one "
+                              "into another --out")
     other = VOCAB_FILE if writing == SPM_FILE else SPM_FILE
     if (out_dir / other).exists():
         raise UserError(f"{out_dir} already holds a {other} tokenizer; training a {writing} there would leave "

@@ -29,7 +29,7 @@ from albertlm import checkpoint as ckpt
 from albertlm import rundir
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
-from albertlm.errors import TrainingError, check_bounds
+from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
@@ -75,7 +75,7 @@ class PretrainConfig:
     activation_checkpointing: bool = _opt(False, "recompute blocks in backward")
     fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
     pack: bool = _opt(False, "pack several instances per row (no padding)")
-    seed: int = _opt(0, "seed for weights and data order", min=0, max=2**32 - 1)
+    seed: int = _opt(0, "seed for weights and data order", **SEED_BOUNDS)
     log_every: int = _opt(10, "steps between metric lines", min=1)
     eval_every: int = _opt(100, "steps between validations", min=1)
     eval_batches: int = _opt(20, "micro-batches per validation", min=1)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from albertlm.commands import flags
 from albertlm.errors import UserError
-from albertlm.files import write_text_atomic
+from albertlm.files import refuse_model_dir, write_text_atomic
 
 # older flag names kept working: serve's --max-length / --max-batch-size
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
@@ -205,9 +205,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.tasks import read_split
     from albertlm.tasks.metrics import json_ready
 
-    if args.out and (Path(args.out) / "config.json").exists():  # checked before the model loads
-        raise UserError(f"--out {args.out} holds a model, and its metrics.json is the fine-tuning's; write the "
-                        "evaluation to another --out")
+    if args.out:  # checked before the model loads
+        refuse_model_dir(args.out, "its metrics.json is the fine-tuning's: write the evaluation to another --out")
     predictor = load_predictor(args)
     task = predictor.task
     if task is None:

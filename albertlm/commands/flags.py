@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any
 
-from albertlm.errors import out_of_bounds
+from albertlm.errors import SEED_BOUNDS, out_of_bounds
 
 
 def _scalar(hint: Any) -> Any:
@@ -24,9 +24,6 @@ def _scalar(hint: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else None
     return hint if hint in (int, float, str, bool) else None
-
-
-SEED_MAX = 2**32 - 1  # numpy's and torch's seeds
 
 
 def bounded(kind: type, low: float | None = None, high: float | None = None, above: float | None = None) -> Any:
@@ -45,7 +42,7 @@ def bounded(kind: type, low: float | None = None, high: float | None = None, abo
     return parse
 
 
-seed = bounded(int, 0, SEED_MAX)  # the type of every --seed
+seed = bounded(int, SEED_BOUNDS["min"], SEED_BOUNDS["max"])  # the type of every hand-declared --seed
 count = bounded(int, 1)  # how many of something: at least one
 limit = bounded(int, 0)  # "the first N" (0: all)
 

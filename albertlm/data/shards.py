@@ -45,7 +45,7 @@ from albertlm.data.instances import (
     plan_instances,
 )
 from albertlm.errors import DataError, UserError
-from albertlm.files import fsync_dir, write_text_atomic
+from albertlm.files import fsync_dir, refuse_model_dir, write_text_atomic
 
 _log = logging.getLogger(__name__)
 
@@ -279,9 +279,7 @@ def build_dataset(
         raise UserError(f"--mode must be static or dynamic, got {mode!r}")
     if dupe_factor < 1:
         raise UserError(f"--dupe-factor must be >= 1, got {dupe_factor}")
-    if (Path(out_dir) / "config.json").exists():
-        raise UserError(f"--out {out_dir} holds a model (config.json); shards get a folder of their own: choose "
-                        "another --out")
+    refuse_model_dir(out_dir, "shards get a folder of their own: choose another --out")
     t0 = time.time()
     files = resolve_inputs(inputs, exclude)
     skipped: Counter = Counter()
