@@ -1,7 +1,7 @@
 """Converted original checkpoints vs the ORIGINAL TensorFlow code's outputs (and vs transformers).
 
 For every fixture under tests/fixtures/tf (made by running google-research/albert and brightmart/albert_zh
-themselves, see generate.py there): convert with albertlm.convert.from_tf, run albertlm (and, for the
+themselves, see generate.py there): convert with albertlm.convert.original.from_tf, run albertlm (and, for the
 Google structure, transformers) on the recorded inputs, and report the max |difference| per output.
 
     python benchmarks/convert_parity.py --json docs/results/convert_parity.json
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import albertlm
-from albertlm.convert import from_tf
+from albertlm.convert.original import from_tf
 from albertlm.heads import IGNORE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tf"

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 from albertlm.pretraining_data import InstanceConfig  # noqa: E402
 
 from albertlm.data import PretrainingCollator, PretrainingDataset, build_dataset  # noqa: E402
+from albertlm.data.tokenizer_training import train_sentencepiece  # noqa: E402
 from albertlm.tokenizer import load_tokenizer  # noqa: E402
-from albertlm.tokenizer_training import train_sentencepiece  # noqa: E402
 
 # Run in a fresh interpreter so ru_maxrss covers one build only (self = parent, children = workers).
 _MEM_PROBE = """

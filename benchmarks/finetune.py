@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from albertlm import AlbertConfig, AlbertForSequenceClassification
-from albertlm.optim import build_optimizer
 from albertlm.tasks import RowPolicy, get_task, read_split
 from albertlm.tasks import features as F
 from albertlm.tokenizer import load_tokenizer
+from albertlm.training.optim import build_optimizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_sst2"
 

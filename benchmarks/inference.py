@@ -52,8 +52,8 @@ from timing import torch_gemm_tflops
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.export import calibration_inputs, export_onnx, quantize_int8, quantize_openvino_int8
-from albertlm.inference import OnnxEngine, OnnxSession, OpenVinoEngine, OpenVinoSession, Predictor, TorchEngine
+from albertlm.deploy.export import calibration_inputs, export_onnx, quantize_int8, quantize_openvino_int8
+from albertlm.deploy.inference import OnnxEngine, OnnxSession, OpenVinoEngine, OpenVinoSession, Predictor, TorchEngine
 from albertlm.model import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def openvino_precisions() -> tuple[str, ...]:
     """OpenVINO's precisions worth timing here: bf16 only where the CPU computes it natively."""
     import openvino as ov
 
-    from albertlm.inference import cpu_has_bf16
+    from albertlm.deploy.inference import cpu_has_bf16
 
     return ("fp32", "bf16") if cpu_has_bf16(ov.Core()) else ("fp32",)
 
@@ -308,7 +308,7 @@ def print_table(rows: list[dict]) -> None:
 # --------------------------------------------------------------------------- accuracy
 def train_sst2(out: Path, args: argparse.Namespace) -> Path:
     """Tokenizer on a corpus slice + a brief AdamW fine-tune from random init on an SST-2 slice."""
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     corpus = out / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,8 @@ from timing import measure, sync, time_once, torch_gemm_tflops  # benchmarks/tim
 
 import albertlm
 from albertlm import AlbertConfig
-from albertlm.distributed import DistInfo
-from albertlm.train import PretrainConfig, peak_flops, useful_flops
+from albertlm.training.distributed import DistInfo
+from albertlm.training.pretrain import PretrainConfig, peak_flops, useful_flops
 
 
 def make_batch(config: AlbertConfig, B: int, S: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -31,7 +31,7 @@ def docstring_corpus(dest: Path, documents: int) -> Path:
     Python has) written in the pretraining format: one sentence per line, a blank line between documents."""
     import itertools
 
-    from albertlm.demo import _sentences, stdlib_docstrings
+    from albertlm.data.demo import _sentences, stdlib_docstrings
 
     docs = (s for s in map(_sentences, stdlib_docstrings()) if len(s) >= 2)
     dest.write_text("".join("\n".join(d) + "\n\n" for d in itertools.islice(docs, documents)))

@@ -8,13 +8,13 @@ import json
 import pytest
 from shared_data import DATA
 
-from albertlm.ablation import StudySettings, run_study, study_variants
 from albertlm.errors import UserError
+from albertlm.research.ablation import StudySettings, run_study, study_variants
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from albertlm.demo import _sentences, stdlib_docstrings
+    from albertlm.data.demo import _sentences, stdlib_docstrings
 
     root = tmp_path_factory.mktemp("corpus")
     docs = ["\n".join(s) + "\n\n" for s in map(_sentences, itertools.islice(stdlib_docstrings(), 400)) if len(s) >= 2]
@@ -81,10 +81,10 @@ def test_objective_study_tiny_budget(corpus, tmp_path):
 def test_pair_sets_are_balanced_and_separate_the_contrasts(corpus):
     import torch
 
-    from albertlm.analysis import build_pair_sets, pair_accuracy, wilson_interval
     from albertlm.config import AlbertConfig
+    from albertlm.data.tokenizer_training import train_sentencepiece
     from albertlm.heads import AlbertForPreTraining
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.research.analysis import build_pair_sets, pair_accuracy, wilson_interval
 
     tok = train_sentencepiece([corpus / "train.txt"], corpus / "tok", vocab_size=500, seed=0)
     sets = build_pair_sets(corpus / "heldout.txt", tok, max_seq_length=48, max_pairs=50, seed=1)
@@ -112,8 +112,8 @@ def test_pair_sets_are_balanced_and_separate_the_contrasts(corpus):
 def test_analyze_pairs_cli_scores_a_model_and_names_a_file_without_pairs(corpus, tmp_path, capsys):
     from albertlm.cli import main
     from albertlm.config import AlbertConfig
+    from albertlm.data.tokenizer_training import train_sentencepiece
     from albertlm.heads import AlbertForPreTraining
-    from albertlm.tokenizer_training import train_sentencepiece
 
     tok = train_sentencepiece([corpus / "train.txt"], tmp_path / "model", vocab_size=500, seed=0)
     AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,

@@ -10,10 +10,10 @@ from albertlm.cli import build_parser
 from albertlm.commands.finetune import _settings
 from albertlm.commands.flags import build
 from albertlm.commands.pretrain import _config_from_args
-from albertlm.finetune import Settings
-from albertlm.serve import BatchSettings
+from albertlm.deploy.serve import BatchSettings
 from albertlm.tasks.kinds import InferenceSettings
-from albertlm.train import PretrainConfig
+from albertlm.training.finetune import Settings
+from albertlm.training.pretrain import PretrainConfig
 
 REQUIRED = {
     "finetune": ["--task", "sst2", "--data", "d", "--model", "m", "--out", "o"],
@@ -121,8 +121,8 @@ def test_numbers_out_of_their_range_stop_at_the_flag(command, flag, bad, why, ca
 
 
 def test_settings_built_in_python_get_the_same_bounds():
-    from albertlm.ablation import StudySettings
     from albertlm.errors import UserError
+    from albertlm.research.ablation import StudySettings
 
     with pytest.raises(UserError, match="--max-steps must be at least 1, not 0"):
         PretrainConfig(max_steps=0, data="d").validate(1)

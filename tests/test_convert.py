@@ -16,10 +16,10 @@ import torch
 
 import albertlm
 from albertlm.cli import main
-from albertlm.convert import COMPAT_KEY, ConversionError, from_tf, group_plan, list_variables, map_name
+from albertlm.convert.original import COMPAT_KEY, ConversionError, from_tf, group_plan, list_variables, map_name
+from albertlm.convert.tf_reader import CheckpointFormatError, TFCheckpoint, resolve_prefix, snappy_decompress
 from albertlm.errors import UserError
 from albertlm.heads import IGNORE
-from albertlm.tf_checkpoint import CheckpointFormatError, TFCheckpoint, resolve_prefix, snappy_decompress
 from albertlm.tokenizer import load_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
@@ -216,7 +216,7 @@ def test_wordpiece_vocab_is_carried_with_a_tokenizer_config(tmp_path):
 
 
 def test_sentencepiece_model_is_carried_as_spiece_model(tmp_path):
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(["the quick brown fox jumps over the lazy dog", "a bad cab", "we jump"] * 50) + "\n")
@@ -345,11 +345,11 @@ def test_albert_zh_structure_fine_tunes_exports_and_serves(name, tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from albertlm.export import export_onnx
-    from albertlm.finetune import Data, Settings, train
-    from albertlm.inference import Predictor
-    from albertlm.serve import create_app
+    from albertlm.deploy.export import export_onnx
+    from albertlm.deploy.inference import Predictor
+    from albertlm.deploy.serve import create_app
     from albertlm.tasks import InferenceSettings, TextExample, get_task
+    from albertlm.training.finetune import Data, Settings, train
 
     vocab = zh_vocab(tmp_path / "vocab.txt")
     convert(name, tmp_path / "converted", vocab=vocab)

@@ -34,7 +34,7 @@ CFG = InstanceConfig(max_seq_length=128)
 @pytest.fixture(scope="module")
 def en(tmp_path_factory):
     """A SentencePiece tokenizer trained on a slice, and two small input files."""
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     d = tmp_path_factory.mktemp("en")
     files = [

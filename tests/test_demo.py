@@ -19,7 +19,7 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     """A random tiny pretraining model and held-out dynamic shards of stdlib docstrings (seconds)."""
     from albertlm import AlbertConfig, AlbertForPreTraining
     from albertlm.data import InstanceConfig, build_dataset
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("demo")
     text = root / "heldout.txt"
@@ -34,8 +34,8 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_learned_summary_states_the_baselines_and_flags_a_miss(tiny_run):
-    from albertlm.analysis import intrinsic_accuracy
-    from albertlm.demo import learned_summary, next_steps
+    from albertlm.data.demo import learned_summary, next_steps
+    from albertlm.research.analysis import intrinsic_accuracy
 
     model, shards = tiny_run
     line = learned_summary(model, shards, epochs=1)
@@ -54,7 +54,7 @@ def test_learned_summary_states_the_baselines_and_flags_a_miss(tiny_run):
 
 
 def test_demo_corpus_writes_train_and_heldout_and_never_overwrites(tmp_path, capsys, monkeypatch):
-    from albertlm import demo
+    from albertlm.data import demo
 
     first = list(itertools.islice(demo.stdlib_docstrings(), 300))  # the whole library takes ~15 s to parse
     monkeypatch.setattr(demo, "stdlib_docstrings", lambda: iter([*first, *first[:50]]))  # 50 repeats

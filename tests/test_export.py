@@ -26,9 +26,9 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from albertlm import AlbertConfig  # noqa: E402
-from albertlm.export import export_onnx, quantization_report  # noqa: E402
+from albertlm.deploy.export import export_onnx, quantization_report  # noqa: E402
+from albertlm.deploy.inference import OnnxEngine, Predictor, load_torch_model  # noqa: E402
 from albertlm.heads import HEADS  # noqa: E402
-from albertlm.inference import OnnxEngine, Predictor, load_torch_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -72,7 +72,7 @@ def deploy_artifacts() -> dict[str, Path]:
 
 
 def _build(root: Path) -> dict[str, Path]:
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     (root / "corpus").mkdir()

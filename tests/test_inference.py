@@ -19,15 +19,15 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from test_export import deploy_artifacts, sst2, tiny_config  # noqa: E402
 
-from albertlm import inference  # noqa: E402
 from albertlm.cli import main  # noqa: E402
+from albertlm.deploy import inference  # noqa: E402
+from albertlm.deploy.export import export_onnx  # noqa: E402
+from albertlm.deploy.inference import OpenVinoEngine, Predictor, load_engine  # noqa: E402
+from albertlm.deploy.serve import create_app  # noqa: E402
 from albertlm.errors import UserError  # noqa: E402
-from albertlm.export import export_onnx  # noqa: E402
-from albertlm.finetune import Settings, build_model, save  # noqa: E402
-from albertlm.inference import OpenVinoEngine, Predictor, load_engine  # noqa: E402
-from albertlm.serve import create_app  # noqa: E402
 from albertlm.tasks import InferenceSettings, get_task, kind_of  # noqa: E402
 from albertlm.tokenizer import load_tokenizer  # noqa: E402
+from albertlm.training.finetune import Settings, build_model, save  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -199,7 +199,7 @@ def test_bf16_autocast_stays_close_to_fp32(task, tmp_path, capsys):
 
 
 def test_precision_auto_follows_the_cpu(monkeypatch):
-    from albertlm import precision
+    from albertlm.training import precision
 
     monkeypatch.setattr(precision, "cpu_bf16", lambda: "amx")
     assert precision.resolve("auto", "cpu") == "bf16" and precision.resolve("fp32", "cpu") == "fp32"

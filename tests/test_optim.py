@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from albertlm.optim import (
+from albertlm.training.optim import (
     Lamb,
     build_optimizer,
     build_scheduler,

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from albertlm.data import InstanceConfig, SpecialIds, mask_tokens
-from albertlm.optim import build_scheduler, original_schedule
 from albertlm.tokenizer import load_tokenizer
+from albertlm.training.optim import build_scheduler, original_schedule
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "original"
 

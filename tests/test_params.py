@@ -3,7 +3,7 @@
 import pytest
 
 from albertlm import AlbertConfig
-from albertlm.params import count_parameters, format_table, parameter_table
+from albertlm.research.params import count_parameters, format_table, parameter_table
 
 SPEC = {
     "albert-base-v2": 11_683_584,

@@ -23,7 +23,7 @@ from albertlm.data import (
 
 @pytest.fixture(scope="module")
 def en(tmp_path_factory):
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     d = tmp_path_factory.mktemp("en")
     text = d / "en.txt"  # the three English slices, ~110 kB of Wikipedia, WikiText and news
@@ -35,7 +35,7 @@ def en(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zh(tmp_path_factory):
-    from albertlm.tokenizer_training import train_wordpiece
+    from albertlm.data.tokenizer_training import train_wordpiece
 
     d = tmp_path_factory.mktemp("zh")
     text = corpus_slice("zh", "peoples_daily_199801.txt", 200_000, d / "zh.txt")

@@ -11,8 +11,8 @@ pytest.importorskip("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 from test_export import deploy_artifacts  # noqa: E402
 
-from albertlm.inference import Predictor  # noqa: E402
-from albertlm.serve import create_app  # noqa: E402
+from albertlm.deploy.inference import Predictor  # noqa: E402
+from albertlm.deploy.serve import create_app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -16,9 +16,9 @@ httpx = pytest.importorskip("httpx")
 
 from test_export import deploy_artifacts, sst2  # noqa: E402
 
+from albertlm.deploy.inference import Predictor  # noqa: E402
+from albertlm.deploy.serve import Batcher, BatchSettings, create_app  # noqa: E402
 from albertlm.errors import UserError  # noqa: E402
-from albertlm.inference import Predictor  # noqa: E402
-from albertlm.serve import Batcher, BatchSettings, create_app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from shared_data import CORPUS, SHARED_CORPUS
 
+from albertlm.data.tokenizer_training import train_sentencepiece, train_wordpiece
 from albertlm.tokenizer import _DIGIT_COMMA, SentencePieceTokenizer, WordPieceTokenizer, load_tokenizer, preprocess_text
-from albertlm.tokenizer_training import train_sentencepiece, train_wordpiece
 
 SLICE_LINES = 1500  # per training file of the full corpus: enough for an 8000-piece model, seconds on 2 cores
 

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from shared_data import docstring_corpus
 
-from albertlm.train import PretrainConfig, TrainingError, pretrain, rank_micro_batches
+from albertlm.training.pretrain import PretrainConfig, TrainingError, pretrain, rank_micro_batches
 
 TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16, num_hidden_layers=2,
             hidden_dropout_prob=0.1)  # dropout on: resume must restore the RNG too
@@ -27,7 +27,7 @@ TINY_SET = [f"--set={k}={v}" for k, v in TINY.items()]
 def shards(tmp_path_factory) -> Path:
     """~250 documents of stdlib docstrings -> a 600-piece SentencePiece model -> dynamic shards (seq 64)."""
     from albertlm.data import InstanceConfig, build_dataset
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("pretrain")
     text = root / "corpus.txt"
@@ -165,7 +165,7 @@ def test_one_rank_dying_stops_every_rank(shards, tmp_path):
 
 
 def test_nonfinite_steps_are_skipped_then_stop_without_nan_checkpoint(shards, tmp_path, monkeypatch):
-    import albertlm.train as train
+    import albertlm.training.pretrain as train
 
     real = train.micro_step
 
@@ -203,7 +203,7 @@ def test_mixed_precision_and_activation_checkpointing_run(shards, tmp_path, prec
 
 def test_analyses_of_a_trained_model(shards, tmp_path):
     """Figure 1's layer transitions and the held-out intrinsic accuracies run on a pretrained model."""
-    from albertlm.analysis import intrinsic_accuracy, layer_transitions, write_report
+    from albertlm.research.analysis import intrinsic_accuracy, layer_transitions, write_report
 
     pretrain(config(shards, tmp_path, max_steps=2, warmup_steps=1, valid_data=None))
     stats = layer_transitions(tmp_path / "final", ["The module docstring says what it does.", "Return x."])
@@ -218,7 +218,7 @@ def test_copy_or_unigram_baseline_counts_by_hand():
     """Copy where the input is not [MASK], else the most frequent [MASK]ed target: 3 of 5 here."""
     from types import SimpleNamespace
 
-    from albertlm.analysis import copy_or_unigram_baseline
+    from albertlm.research.analysis import copy_or_unigram_baseline
 
     m = 4
     items = [  # input ids, labels (-100 = not a target)
@@ -246,8 +246,8 @@ def test_epoch_boundaries_with_a_dataset_whose_length_changes():
     """Dynamic shards re-plan pairs each epoch, so the epoch length changes: every step stays full."""
     import torch as _torch
 
-    from albertlm.distributed import DistInfo
-    from albertlm.train import StepBatches
+    from albertlm.training.distributed import DistInfo
+    from albertlm.training.pretrain import StepBatches
 
     class Replanned:
         sizes = {0: 20, 1: 13, 2: 17}
@@ -276,7 +276,7 @@ def test_mlm_accuracy_at_mask_excludes_copyable_positions():
     import contextlib
 
     from albertlm.heads import PreTrainingOutput
-    from albertlm.train import micro_step
+    from albertlm.training.pretrain import micro_step
 
     mask_id, V = 4, 50
     ids = torch.tensor([[2, 7, 4, 9, 4, 3], [2, 4, 11, 12, 3, 0]])

@@ -11,8 +11,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from albertlm.ablation import StudySettings
     from albertlm.commands.flags import add_flags
+    from albertlm.research.ablation import StudySettings
 
     p = sub.add_parser("ablate", help="run one of the paper's ablation studies (Tables 3, 4, 5, 11, 12)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,10 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from albertlm.ablation import StudySettings, run_study
     from albertlm.commands.flags import build
     from albertlm.config import parse_overrides
     from albertlm.errors import UserError
+    from albertlm.research.ablation import StudySettings, run_study
 
     start = time.time()
     if not args.corpus:

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.analysis import layer_transitions, read_sentences, write_report
+    from albertlm.research.analysis import layer_transitions, read_sentences, write_report
 
     sentences = read_sentences(args.corpus, args.max_sentences)
     stats = []
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 def run_intrinsic(args: argparse.Namespace) -> int:
     import json
 
-    from albertlm.analysis import intrinsic_accuracy
+    from albertlm.research.analysis import intrinsic_accuracy
 
     r = intrinsic_accuracy(args.model, args.data, args.epochs)
     if args.json:
@@ -76,9 +76,9 @@ def run_intrinsic(args: argparse.Namespace) -> int:
 def run_pairs(args: argparse.Namespace) -> int:
     import json
 
-    from albertlm.analysis import build_pair_sets, pair_accuracy
     from albertlm.files import write_text_atomic
     from albertlm.heads import AlbertForPreTraining
+    from albertlm.research.analysis import build_pair_sets, pair_accuracy
     from albertlm.tokenizer import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer or args.model)

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from albertlm.cli import UserError
-    from albertlm.convert import from_tf, list_variables
+    from albertlm.convert.original import from_tf, list_variables
 
     if args.list:
         rows = list_variables(args.list)

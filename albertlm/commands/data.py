@@ -208,7 +208,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_demo_corpus(args: argparse.Namespace) -> int:
     from albertlm.cli import UserError
-    from albertlm.demo import write_demo_corpus
+    from albertlm.data.demo import write_demo_corpus
 
     taken = [p for p in (Path(args.out) / "train.txt", Path(args.out) / "heldout.txt") if p.exists()]
     if taken:

@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from albertlm.deploy.export import export_onnx
     from albertlm.errors import UserError
-    from albertlm.export import export_onnx
 
     if args.opset < 14:
         raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")

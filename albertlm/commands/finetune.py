@@ -64,7 +64,7 @@ def _inference_flags(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from albertlm.commands.flags import add_flags
-    from albertlm.finetune import Settings
+    from albertlm.training.finetune import Settings
 
     ft = subparsers.add_parser("finetune", help="fine-tune a model on a task (GLUE, CLUE, SQuAD, CMRC, NER, ...)")
     ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`); your own data: "
@@ -126,7 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     """How a model is run: shared by evaluate, predict and serve."""
-    from albertlm.inference import ENGINES, PRECISIONS
+    from albertlm.deploy.inference import ENGINES, PRECISIONS
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     p.add_argument("--engine", choices=ENGINES, default="torch",
@@ -146,7 +146,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
 def load_predictor(args: argparse.Namespace):  # noqa: ANN201
     """The Predictor for --model / --engine / --task / --tokenizer and the inference flags given."""
     from albertlm.commands.flags import values
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
     from albertlm.tasks.kinds import InferenceSettings
 
     return Predictor.load(args.model, engine=args.engine, threads=args.threads, tokenizer=args.tokenizer,
@@ -157,8 +157,8 @@ def load_predictor(args: argparse.Namespace):  # noqa: ANN201
 def _settings(args: argparse.Namespace):
     from albertlm.commands.flags import build
     from albertlm.config import parse_overrides
-    from albertlm.finetune import Settings
     from albertlm.tasks.kinds import InferenceSettings
+    from albertlm.training.finetune import Settings
 
     inference = build(args, InferenceSettings)
     return build(args, Settings, inference=inference, config_overrides=parse_overrides(args.set))
@@ -176,8 +176,8 @@ def _note_skips(policy, log) -> None:  # noqa: ANN001
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from albertlm.finetune import check_out, load_data, resolve_tokenizer, train
     from albertlm.tasks import get_task
+    from albertlm.training.finetune import check_out, load_data, resolve_tokenizer, train
 
     check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
     task = _user_data(args, get_task(args.task))

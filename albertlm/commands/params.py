@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.params import format_table, parameter_table
+    from albertlm.research.params import format_table, parameter_table
 
     print(format_table(parameter_table(), args.format))
     return 0

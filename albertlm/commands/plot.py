@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.plot import plot_run
+    from albertlm.training.plot import plot_run
 
     print(f"wrote {plot_run(args.run, args.out, args.title)}")
     return 0

@@ -1,4 +1,4 @@
-"""``albertlm pretrain``: MLM + SOP pretraining (see ``albertlm.train`` for the batching rules).
+"""``albertlm pretrain``: MLM + SOP pretraining (see ``albertlm.training.pretrain`` for the batching rules).
 
     albertlm pretrain                                            # embedded demo: stdlib docstrings, albert-tiny
     albertlm pretrain --preset albert-tiny --data shards/en --valid-data shards/en-heldout --out runs/en
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from albertlm.demo import DEMO_BATCH, DEMO_STEPS
+from albertlm.data.demo import DEMO_BATCH, DEMO_STEPS
 
 # The embedded demo's settings where the user gives none (a few minutes on 2 CPU cores).
 DEMO = {"out": "runs/demo", "max_steps": DEMO_STEPS, "global_batch_size": DEMO_BATCH}
@@ -23,7 +23,7 @@ DEMO = {"out": "runs/demo", "max_steps": DEMO_STEPS, "global_batch_size": DEMO_B
 
 def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.flags import add_flags
-    from albertlm.train import PretrainConfig
+    from albertlm.training.pretrain import PretrainConfig
 
     p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,7 +42,7 @@ def _config_from_args(args: argparse.Namespace, base=None):  # noqa: ANN001
     """PretrainConfig from the flags the user gave, over ``base`` (the defaults, or the demo's)."""
     from albertlm.commands.flags import build
     from albertlm.config import parse_overrides
-    from albertlm.train import PretrainConfig
+    from albertlm.training.pretrain import PretrainConfig
 
     overrides = parse_overrides(args.set)
     overrides.update({k: v for k, v in (("sharing", args.sharing), ("embedding_size", args.embedding_size),
@@ -51,7 +51,7 @@ def _config_from_args(args: argparse.Namespace, base=None):  # noqa: ANN001
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.train import PretrainConfig, load_run_config, pretrain
+    from albertlm.training.pretrain import PretrainConfig, load_run_config, pretrain
 
     start = time.time()
     demo = False
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if args.max_steps:
             cfg.max_steps = args.max_steps
     elif args.data is None:
-        from albertlm.demo import prepare_demo_data
+        from albertlm.data.demo import prepare_demo_data
 
         demo = True
         base = dataclasses.replace(PretrainConfig(), **DEMO)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
     if demo:
-        from albertlm.demo import learned_summary, next_steps
+        from albertlm.data.demo import learned_summary, next_steps
 
         print(learned_summary(result["final"], cfg.valid_data))
         print(next_steps(cfg.out, cfg.valid_data))

@@ -1,4 +1,4 @@
-"""``albertlm serve``: an HTTP JSON inference server for any fine-tuned model (see ``albertlm.serve``).
+"""``albertlm serve``: an HTTP JSON inference server for any fine-tuned model (see ``albertlm.deploy.serve``).
 
 albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
 albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 256
@@ -20,7 +20,7 @@ from albertlm.errors import UserError
 def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.finetune import _engine_flags, _inference_flags
     from albertlm.commands.flags import add_flags, bounded, count
-    from albertlm.serve import BatchSettings
+    from albertlm.deploy.serve import BatchSettings
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
     p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx, openvino)")
@@ -40,12 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from albertlm.commands.finetune import load_predictor
     from albertlm.commands.flags import build
-    from albertlm.inference import require
-    from albertlm.serve import BatchSettings
+    from albertlm.deploy.inference import require
+    from albertlm.deploy.serve import BatchSettings
 
     batching = build(args, BatchSettings)  # checks the values before the model loads
     uvicorn = require("uvicorn")
-    from albertlm.serve import create_app
+    from albertlm.deploy.serve import create_app
 
     sock = listen(args.host, args.port)  # a port in use fails here, before the model loads
     try:

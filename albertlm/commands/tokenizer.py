@@ -85,8 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from albertlm.data.tokenizer_training import expand_inputs, train_sentencepiece, train_wordpiece
     from albertlm.errors import UserError
-    from albertlm.tokenizer_training import expand_inputs, train_sentencepiece, train_wordpiece
 
     vocab_size = args.vocab_size if args.vocab_size is not None else 30000 if args.kind == "sentencepiece" else 21128
     if vocab_size < 10:

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from albertlm.checkpoint import sha256
 from albertlm.data.corpus import chunk_boundaries, detect_format, iter_documents, looks_binary, resolve_inputs
 from albertlm.data.instances import (
     DocumentEncoder,
@@ -46,6 +45,7 @@ from albertlm.data.instances import (
 )
 from albertlm.errors import DataError, UserError
 from albertlm.files import fsync_dir, refuse_model_dir, write_text_atomic
+from albertlm.training.checkpoint import sha256
 
 _log = logging.getLogger(__name__)
 

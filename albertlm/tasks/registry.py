@@ -4,7 +4,7 @@ baseline settings). Every hyperparameter is a default the CLI flags override.
 
 The generic tasks (``classification``, ``regression``, ``tagging``, ``qa``, ``choice``) read the user's own
 files with the columns the user names (``albertlm.tasks.generic``); they have no paper hyperparameters, so
-fine-tuning chooses them from the model and data size (``albertlm.finetune.auto_defaults``).
+fine-tuning chooses them from the model and data size (``albertlm.training.finetune.auto_defaults``).
 
     task = get_task("sst2")
     examples, path = task.read(Path("shared/data/glue_sst2"), "dev", RowPolicy())

@@ -27,7 +27,7 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tok_dir(corpus, tmp_path_factory) -> Path:
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     out = tmp_path_factory.mktemp("faults-tok")
     train_sentencepiece([corpus], out, vocab_size=400, num_threads=1)

@@ -194,7 +194,7 @@ def kill_pretrain(shards: Path, tmp: Path, capsys, kills: int, seed: int, in_sav
         if not hit:
             assert same_weights(out / "final", tmp / "ref" / "final")
             continue
-        from albertlm.checkpoint import verify
+        from albertlm.training.checkpoint import verify
 
         for ckpt in (out / "checkpoints").glob("step_*"):
             verify(ckpt)  # a checkpoint under its final name is always complete

@@ -30,7 +30,7 @@ def test_data_build_removes_only_its_own_earlier_builds(corpus, tok_dir, tmp_pat
 
 
 def test_wordpiece_training_is_deterministic(corpus, tmp_path):
-    from albertlm.tokenizer_training import train_wordpiece
+    from albertlm.data.tokenizer_training import train_wordpiece
 
     vocabs = set()
     for i in range(4):
@@ -40,7 +40,7 @@ def test_wordpiece_training_is_deterministic(corpus, tmp_path):
 
 
 def test_sentencepiece_training_is_deterministic(corpus, tmp_path):
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     pieces = set()
     for i in range(2):  # the machine's default thread count: no longer the machine's core count
@@ -68,10 +68,10 @@ def test_init_from_a_model_with_another_vocabulary_refuses(corpus, shards, tmp_p
     """Same size, other kind: a WordPiece vocabulary cut or padded to the SentencePiece one's size."""
     from albertlm.config import AlbertConfig
     from albertlm.data import load_manifest
+    from albertlm.data.tokenizer_training import train_wordpiece
     from albertlm.heads import AlbertForPreTraining
     from albertlm.hf import save_pretrained
     from albertlm.tokenizer import load_tokenizer
-    from albertlm.tokenizer_training import train_wordpiece
 
     info = load_manifest(shards)["tokenizer"]
     size = info["vocab_size"]

@@ -123,8 +123,8 @@ def test_a_damaged_checksums_json_falls_back_to_the_previous_checkpoint(run2, tm
 
 
 def test_a_run_whose_updates_were_all_skipped_fails_and_the_summary_counts_skips(shards, tmp_path, monkeypatch):
-    import albertlm.train as train
-    from albertlm.train import PretrainConfig, TrainingError, pretrain
+    import albertlm.training.pretrain as train
+    from albertlm.training.pretrain import PretrainConfig, TrainingError, pretrain
 
     real = train.micro_step
     poison = {"from": 0}
@@ -152,7 +152,7 @@ def test_a_run_whose_updates_were_all_skipped_fails_and_the_summary_counts_skips
 
 
 def test_pretrain_summary_line_names_skipped_steps(shards, tmp_path, monkeypatch, capsys):
-    import albertlm.train as train
+    import albertlm.training.pretrain as train
     from albertlm.cli import main
 
     real, calls = train.micro_step, []
@@ -171,7 +171,7 @@ def test_pretrain_summary_line_names_skipped_steps(shards, tmp_path, monkeypatch
 
 def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
     """A stale higher-step folder (a corrupt one skipped on resume) never pushes out the new checkpoints."""
-    from albertlm import checkpoint as ckpt
+    from albertlm.training import checkpoint as ckpt
 
     root = tmp_path / "checkpoints"
     stale = ckpt.step_dir(root, 9)

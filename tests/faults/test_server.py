@@ -18,7 +18,7 @@ pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from albertlm.serve import create_app  # noqa: E402
+from albertlm.deploy.serve import create_app  # noqa: E402
 
 ARCHS = {"AlbertForSequenceClassification": {0: "negative", 1: "positive"},
          "AlbertForTokenClassification": {0: "O", 1: "B-X", 2: "I-X"},
@@ -47,7 +47,7 @@ def models(tok_dir, tmp_path_factory) -> dict[str, Path]:
 
 
 def client(model_dir: Path) -> TestClient:
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
 
     predictor = Predictor.load(model_dir, engine="torch", threads=1, overrides={"max_seq_length": 48})
     return TestClient(create_app(predictor, max_items=4, max_request_bytes=LIMIT), raise_server_exceptions=False)
@@ -153,7 +153,7 @@ def test_chunked_upload_is_refused_early_with_413(models):
     """A real server on 127.0.0.1: an endless chunked body is answered 413 after about the limit, the
     connection is dropped, and the server goes on answering (it never buffered the body)."""
     uvicorn = pytest.importorskip("uvicorn")
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
 
     predictor = Predictor.load(models["AlbertForSequenceClassification"], engine="torch", threads=1)
     app = create_app(predictor, max_items=4, max_request_bytes=64 * 1024)

@@ -34,7 +34,7 @@ def full_data() -> Path:
 @pytest.fixture(scope="session")
 def en_tok_dir(tmp_path_factory) -> Path:
     """A 2000-piece SentencePiece model on the English corpus slices (a few seconds)."""
-    from albertlm.tokenizer_training import train_sentencepiece
+    from albertlm.data.tokenizer_training import train_sentencepiece
 
     root = tmp_path_factory.mktemp("en_tok")
     train_sentencepiece([_corpus("en", root / "corpus")], root / "tok", vocab_size=2000, seed=0)
@@ -43,7 +43,7 @@ def en_tok_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def zh_tok_dir(tmp_path_factory) -> Path:
-    from albertlm.tokenizer_training import train_wordpiece
+    from albertlm.data.tokenizer_training import train_wordpiece
 
     root = tmp_path_factory.mktemp("zh_tok")
     train_wordpiece([_corpus("zh", root / "corpus")], root / "tok", vocab_size=6000)

@@ -104,9 +104,9 @@ def test_transformers_saved_directory(data, en_tok_dir, tmp_path, capsys):
 @pytest.mark.parametrize("task", ["sst2", "stsb", "pku-ner", "squad", "squad2", "chid"])
 def test_pretraining_checkpoint_under_every_head(task, tmp_path):
     """--model DIR with an AlbertForPreTraining checkpoint: encoder loaded, head freshly initialised."""
-    from albertlm.finetune import build_model
     from albertlm.heads import HEADS
     from albertlm.tasks import kind_of
+    from albertlm.training.finetune import build_model
 
     ckpt = tmp_path / "pt"
     AlbertForPreTraining(AlbertConfig(vocab_size=100, **TINY)).save_pretrained(ckpt)
@@ -142,7 +142,7 @@ def test_bad_input_is_one_line(data, en_tok_dir, tmp_path, capsys):
 @pytest.mark.parametrize("flag, want", [([], 0.01), (["--weight-decay", "0"], 0.0), (["--weight-decay", "0.3"], 0.3)])
 def test_weight_decay_reaches_the_optimizer(data, en_tok_dir, tmp_path, monkeypatch, flag, want):
     """`--weight-decay 0` means zero (it used to become 0.01): read from the optimizer's own groups."""
-    import albertlm.finetune as ft
+    import albertlm.training.finetune as ft
 
     seen = []
 

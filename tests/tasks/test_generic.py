@@ -148,7 +148,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
 
 
 def test_one_class_unseen_dev_label_and_unlabeled_training(tmp_path):
-    from albertlm.finetune import load_data
+    from albertlm.training.finetune import load_data
 
     one = tmp_path / "one.csv"
     one.write_text("text,label\na,yes\nb,yes\nc,yes\n", encoding="utf-8")
@@ -169,7 +169,7 @@ def test_one_class_unseen_dev_label_and_unlabeled_training(tmp_path):
 
 
 def test_seeded_hold_out_is_reported(caplog):
-    from albertlm.finetune import load_data
+    from albertlm.training.finetune import load_data
 
     task = generic_task("classification", UserData(text_column="review", label_column="sentiment", dev_fraction=0.2))
     with caplog.at_level("INFO", logger="albertlm"):
@@ -183,7 +183,7 @@ def test_seeded_hold_out_is_reported(caplog):
 
 
 def test_a_folder_with_train_and_dev_files(tmp_path):
-    from albertlm.finetune import load_data
+    from albertlm.training.finetune import load_data
 
     shutil.copy(GEN / "chnsenticorp_train.jsonl", tmp_path / "train.jsonl")
     shutil.copy(GEN / "chnsenticorp_dev.jsonl", tmp_path / "dev.jsonl")
@@ -194,7 +194,7 @@ def test_a_folder_with_train_and_dev_files(tmp_path):
 
 
 def test_imbalance_is_reported(tmp_path, caplog):
-    from albertlm.finetune import load_data
+    from albertlm.training.finetune import load_data
 
     f = tmp_path / "skew.csv"
     f.write_text("text,label\n" + "".join(f"row {i},{'spam' if i < 2 else 'ham'}\n" for i in range(20)))
@@ -207,8 +207,8 @@ def test_imbalance_is_reported(tmp_path, caplog):
 def test_auto_defaults_follow_the_documented_rule(en_tok_dir):
     from albertlm import AlbertForSequenceClassification
     from albertlm.config import AlbertConfig
-    from albertlm.finetune import auto_defaults
     from albertlm.tokenizer import load_tokenizer
+    from albertlm.training.finetune import auto_defaults
 
     tok = load_tokenizer(en_tok_dir)
     task = generic_task("classification", UserData(text_column="review", label_column="sentiment"))
@@ -270,8 +270,8 @@ def test_user_csv_finetune_evaluate_predict_export(en_tok_dir, tmp_path, capsys)
     assert len(table) == 30 and {p["label"] for p in table} <= {"negative", "positive"}
 
     # the server answers with them too
-    from albertlm.inference import Predictor
-    from albertlm.serve import Service
+    from albertlm.deploy.inference import Predictor
+    from albertlm.deploy.serve import Service
 
     service = Service(Predictor.load(out))
     assert service.health()["labels"] == ["negative", "positive"]
@@ -315,7 +315,7 @@ def test_every_generic_kind_trains_and_evaluates(zh_tok_dir, en_tok_dir, tmp_pat
 
 def test_best_checkpoint_is_kept(en_tok_dir, tmp_path, monkeypatch, capsys):
     """Evaluation scores 0.2, 0.9, 0.5: the model of the second evaluation stays in --out."""
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
 
     scores = iter([0.2, 0.9, 0.5])
     saved_weights = []
@@ -323,7 +323,7 @@ def test_best_checkpoint_is_kept(en_tok_dir, tmp_path, monkeypatch, capsys):
     def fake_evaluate(self, examples):
         return {"accuracy": 0.5, "macro_f1": next(scores)}, []
 
-    import albertlm.finetune as ft
+    import albertlm.training.finetune as ft
 
     real_save = ft.save
 

@@ -2,7 +2,7 @@
 
     RUN/run_config.json   the settings (paths inside RUN stored relative to it) and the run's id
     RUN/metrics.jsonl     one JSON line per log / validation
-    RUN/checkpoints/      step_<8-digit step>/ folders (see ``albertlm.checkpoint``)
+    RUN/checkpoints/      step_<8-digit step>/ folders (see ``albertlm.training.checkpoint``)
     RUN/final/            the trained model (HF layout) and its tokenizer
     RUN/tensorboard/      with ``--tensorboard``
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm.distributed import print0
 from albertlm.errors import CheckpointCorrupt, TrainingError
+from albertlm.training.distributed import print0
 
 _log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def save_training_state(run: Any) -> Path | None:
     path = None
     if info.is_main:
         from albertlm.hf import save_state_dict
-        from albertlm.rundir import settings_json
+        from albertlm.training.rundir import settings_json
 
         save_state_dict(run.config, "AlbertForPreTraining", model_sd, tmp)
         extra = {"scaler": run.scaler.state_dict()} if run.scaler.is_enabled() else {}

@@ -153,8 +153,8 @@ def _lang(corpus: Path) -> str:
 def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, Path]:
     """Tokenizer and shards for the study (train per objective, held-out for SOP and NSP); reused."""
     from albertlm.data import InstanceConfig, build_dataset, load_manifest
+    from albertlm.data.tokenizer_training import train_sentencepiece, train_wordpiece
     from albertlm.tokenizer import load_tokenizer
-    from albertlm.tokenizer_training import train_sentencepiece, train_wordpiece
 
     corpus, work = Path(s.corpus), Path(s.out) / "data"
     held = corpus / "heldout.txt"
@@ -186,9 +186,9 @@ def prepare_data(s: StudySettings, tasks: set[str], log=_log.info) -> dict[str, 
 
 def intrinsic(model_dir: Path, data: dict[str, Path], s: StudySettings) -> dict[str, Any]:
     """Held-out MLM accuracy, and SOP / NSP accuracy on balanced held-out pairs with 95% intervals."""
-    from albertlm.analysis import build_pair_sets, heldout_scores, pair_accuracy
     from albertlm.data import PretrainingDataset
     from albertlm.heads import AlbertForPreTraining
+    from albertlm.research.analysis import build_pair_sets, heldout_scores, pair_accuracy
     from albertlm.tokenizer import load_tokenizer
 
     model = AlbertForPreTraining.from_pretrained(model_dir)
@@ -205,8 +205,8 @@ def intrinsic(model_dir: Path, data: dict[str, Path], s: StudySettings) -> dict[
 
 
 def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int) -> dict[str, float]:
-    from albertlm.finetune import Settings, load_data, resolve_tokenizer, train
     from albertlm.tasks import InferenceSettings, get_task
+    from albertlm.training.finetune import Settings, load_data, resolve_tokenizer, train
 
     task_name, folder = DOWNSTREAM[lang]
     task = get_task(s.finetune_task or task_name)
@@ -221,10 +221,10 @@ def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int)
 
 
 def run_variant(v: Variant, s: StudySettings, data: dict[str, Path], log=_log.info) -> dict[str, Any]:
-    from albertlm.checkpoint import latest_valid
     from albertlm.files import write_text_atomic
-    from albertlm.params import count_parameters
-    from albertlm.train import PretrainConfig, pretrain
+    from albertlm.research.params import count_parameters
+    from albertlm.training.checkpoint import latest_valid
+    from albertlm.training.pretrain import PretrainConfig, pretrain
 
     vdir = Path(s.out) / v.name
     done = vdir / "result.json"

@@ -1,5 +1,5 @@
 """Fine-tuning for every registered task (``albertlm.tasks``); evaluation and prediction go through
-``albertlm.inference.Predictor``, the same path the server uses.
+``albertlm.deploy.inference.Predictor``, the same path the server uses.
 
     albertlm finetune --task sst2 --data shared/data/glue_sst2 --model albert-tiny --tokenizer runs/tok/en \\
         --out runs/ft/sst2 --max-steps 300 --batch-size 32 --lr 1e-4
@@ -39,20 +39,20 @@ import numpy as np
 import torch
 
 from albertlm.config import PRESETS, AlbertConfig
+from albertlm.deploy.inference import TASK_KEY, Predictor
 from albertlm.errors import SEED_BOUNDS, DataError, UserError
 from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
-from albertlm.inference import TASK_KEY, Predictor
-from albertlm.optim import build_optimizer, build_scheduler
-from albertlm.precision import autocast as precision_autocast
-from albertlm.precision import resolve as resolve_precision
-from albertlm.rundir import FINAL_FILES
 from albertlm.tasks import features as F
 from albertlm.tasks import metrics
 from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
 from albertlm.tasks.registry import Task, fit_to_data, read_split
 from albertlm.tokenizer import Tokenizer, load_tokenizer
+from albertlm.training.optim import build_optimizer, build_scheduler
+from albertlm.training.precision import autocast as precision_autocast
+from albertlm.training.precision import resolve as resolve_precision
+from albertlm.training.rundir import FINAL_FILES
 
 _log = logging.getLogger(__name__)
 

@@ -32,11 +32,11 @@ from typing import Any
 import torch
 
 from albertlm.config import AlbertConfig
+from albertlm.convert.tf_reader import TFCheckpoint, resolve_prefix
 from albertlm.errors import CheckpointError
 from albertlm.files import read_json, require_new_dir
 from albertlm.heads import HEADS as MODEL_HEADS
 from albertlm.hf import tf_to_hf_name
-from albertlm.tf_checkpoint import TFCheckpoint, resolve_prefix
 
 # Variables a training run adds beside the weights (optimizer slots, step and loss-scale counters).
 SKIP = re.compile(

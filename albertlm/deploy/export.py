@@ -2,7 +2,7 @@
 
     albertlm export --model runs/sst2 --format onnx --out runs/sst2-onnx --quantize int8
 
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
     Predictor.load("runs/sst2-onnx", engine="onnx").classify(["a gripping film"])
 
 An exported directory is self-contained: ``model.onnx`` (fp32), optionally ``model.int8.onnx``,
@@ -50,11 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.checkpoint import sha256
 from albertlm.config import AlbertConfig
-from albertlm.errors import DataError, UserError
-from albertlm.heads import HEADS
-from albertlm.inference import (
+from albertlm.deploy.inference import (
     MANIFEST_FILE,
     OPENVINO_INT8,
     OnnxSession,
@@ -64,7 +61,10 @@ from albertlm.inference import (
     load_torch_model,
     require,
 )
-from albertlm.onnx_fusion import fuse_for_onnxruntime, ort_attention
+from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
+from albertlm.errors import DataError, UserError
+from albertlm.heads import HEADS
+from albertlm.training.checkpoint import sha256
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 OPENVINO_INT8_FILE = "model.openvino-int8.xml"  # + .bin: NNCF's static int8, for --engine openvino
@@ -340,7 +340,7 @@ def calibration_inputs(model_dir: Path, tokenizer_dir: Path, path: Path) -> list
     """The first ``CALIBRATION_SIZE`` inputs of ``path`` (lines as ``albertlm predict`` reads them: plain text
     or JSON objects; blank lines skipped), encoded for the model one at a time: no padding in the
     statistics."""
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
 
     if not path.is_file():
         raise FileNotFoundError(f"--calibration {path} does not exist; give a file of inputs, one per line, "

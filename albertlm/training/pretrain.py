@@ -25,17 +25,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm import checkpoint as ckpt
-from albertlm import rundir
 from albertlm.config import AlbertConfig
-from albertlm.distributed import DistInfo, all_reduce_sum, any_rank, cleanup, init_distributed, print0, wrap_model
 from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
-from albertlm.optim import SCHEDULES, build_optimizer, build_scheduler
-from albertlm.precision import PRECISIONS
-from albertlm.precision import autocast as precision_autocast
-from albertlm.precision import resolve as resolve_precision
+from albertlm.training import checkpoint as ckpt
+from albertlm.training import rundir
+from albertlm.training.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    any_rank,
+    cleanup,
+    init_distributed,
+    print0,
+    wrap_model,
+)
+from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
+from albertlm.training.precision import PRECISIONS
+from albertlm.training.precision import autocast as precision_autocast
+from albertlm.training.precision import resolve as resolve_precision
 
 _log = logging.getLogger(__name__)
 

@@ -30,12 +30,12 @@ from torch import nn
 from albertlm.config import AlbertConfig
 from albertlm.errors import DataError, MissingDependency, UserError
 from albertlm.heads import HEADS, Head
-from albertlm.precision import autocast as precision_autocast
-from albertlm.precision import resolve as resolve_precision
 from albertlm.tasks import features as F
 from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
 from albertlm.tasks.registry import Task, get_task, task_from_info
 from albertlm.tokenizer import Tokenizer, load_tokenizer
+from albertlm.training.precision import autocast as precision_autocast
+from albertlm.training.precision import resolve as resolve_precision
 
 DEPLOY_HINT = "pip install 'albertlm[deploy]'"
 TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
@@ -83,7 +83,7 @@ class TorchEngine:
     """A PyTorch model (in memory, or loaded from a directory) behind the engine call.
 
     ``precision="auto"`` runs the forward under bf16 autocast where the CPU has bf16 instructions (see
-    ``albertlm.precision``); ``fp32`` is the reference arithmetic.
+    ``albertlm.training.precision``); ``fp32`` is the reference arithmetic.
     """
 
     name = "torch"
@@ -302,7 +302,7 @@ def cpu_has_bf16(core: Any) -> bool:
 
 def _verify_export(directory: Path, manifest: dict) -> None:
     """Every file deploy.json lists has its recorded sha256 (exports before checksums are taken as they are)."""
-    from albertlm.checkpoint import sha256
+    from albertlm.training.checkpoint import sha256
 
     sums = manifest.get("sha256", {})
     if not isinstance(sums, dict):

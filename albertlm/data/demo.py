@@ -88,8 +88,8 @@ def prepare_demo_data(work: str | Path, vocab_size: int = 4000, max_seq_length: 
                       log=_log.info) -> tuple[Path, Path]:
     """corpus -> SentencePiece tokenizer -> dynamic shards (train and held-out); reused when present."""
     from albertlm.data import InstanceConfig, build_dataset, load_manifest
+    from albertlm.data.tokenizer_training import train_sentencepiece
     from albertlm.tokenizer import load_tokenizer
-    from albertlm.tokenizer_training import train_sentencepiece
 
     work = Path(work)
     train_shards, valid_shards = work / "shards-train", work / "shards-heldout"
@@ -118,7 +118,7 @@ def learned_summary(model_dir: str | Path, valid_shards: str | Path, epochs: int
     """One line: held-out MLM and SOP accuracy against the baselines a model must beat, each flagged plainly
     when it is not above its baseline (MLM: copy the input or answer the most frequent piece; SOP: always
     answer the majority label)."""
-    from albertlm.analysis import intrinsic_accuracy
+    from albertlm.research.analysis import intrinsic_accuracy
 
     r = intrinsic_accuracy(model_dir, valid_shards, epochs=epochs)
     mlm, mlm_base = r["mlm_acc"], r["mlm_acc_baseline"]

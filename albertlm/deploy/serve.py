@@ -1,5 +1,5 @@
 """A small HTTP inference server (FastAPI) over a ``Predictor``: JSON in, JSON out, the same answers as
-``albertlm predict`` (one code path, ``albertlm.inference``).
+``albertlm predict`` (one code path, ``albertlm.deploy.inference``).
 
     albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
     albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1   # no batching
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from albertlm.errors import DataError, RequestError, UserError, check_bounds
 
 if TYPE_CHECKING:
-    from albertlm.inference import Predictor
+    from albertlm.deploy.inference import Predictor
 
 __all__ = ["BatchSettings", "Batcher", "RequestError", "Service", "create_app"]
 
@@ -371,7 +371,7 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
                batching: BatchSettings | None = None) -> Any:  # fmt: skip
     """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health, /stats; concurrent
     requests share forward passes as ``batching`` says."""
-    from albertlm.inference import require
+    from albertlm.deploy.inference import require
 
     fastapi = require("fastapi")
     from fastapi import Request

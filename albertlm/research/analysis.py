@@ -105,8 +105,8 @@ def heldout_scores(model, dataset, batches: int, batch_size: int = 32) -> dict[s
     import contextlib
 
     from albertlm.data import PretrainingCollator
-    from albertlm.distributed import DistInfo
-    from albertlm.train import PretrainConfig, evaluate
+    from albertlm.training.distributed import DistInfo
+    from albertlm.training.pretrain import PretrainConfig, evaluate
 
     cfg = PretrainConfig(out="", data="", micro_batch_size=batch_size, eval_batches=batches)
     info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
