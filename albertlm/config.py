@@ -1,7 +1,7 @@
 """Model configuration: one dataclass, the named presets, validation, and the HF config.json mapping.
 
 Field names are HuggingFace's, so a released ``config.json`` maps onto this class one to one; the two
-fields HF lacks (``sharing`` and ``project_embeddings``) are ours and are written into config.json too,
+fields HF lacks (``sharing``, ``project_embeddings``, ``exit_heads``) are ours and are written into config.json too,
 where ``transformers`` keeps them as harmless extra attributes.
 """
 
@@ -18,6 +18,9 @@ from albertlm.files import read_json, write_text_atomic
 
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 SHARING_MODES = ("all", "attention", "ffn", "none")
+# Early-exit classifiers (classification, regression, multiple choice): none; per-layer = PABEE, a classifier
+# after every computed layer; shared = the one classifier read after every layer (no new parameters).
+EXIT_HEADS = ("none", "per-layer", "shared")
 LAYER_NORM_POSITIONS = ("post", "pre")
 # Written into config.json when a model uses a structure transformers' AlbertModel cannot build.
 TRANSFORMERS_INCOMPATIBLE_KEY = "albertlm_transformers_incompatible"
@@ -103,6 +106,8 @@ class AlbertConfig:
     # Where each block's two LayerNorms sit: "post" = LN(x + f(x)) (ALBERT, BERT); "pre" = x + f(LN(x)),
     # with no LayerNorm after the last block (albert_zh's ln_type "preln").
     layer_norm_position: str = "post"
+    # Early exit (``albertlm.deploy.early_exit``): which classifiers read the layers before the last (EXIT_HEADS).
+    exit_heads: str = "none"
     # Task-head labels, HF convention (classification and tagging heads).
     id2label: dict[int, str] | None = None
     problem_type: str | None = None  # regression | single_label_classification | multi_label_classification
@@ -180,6 +185,10 @@ class AlbertConfig:
             f"unknown sharing {self.sharing!r}; choose one of {', '.join(SHARING_MODES)}",
         )
         need(
+            self.exit_heads in EXIT_HEADS,
+            f"unknown exit_heads {self.exit_heads!r}; choose one of {', '.join(EXIT_HEADS)}",
+        )
+        need(
             self.project_embeddings or self.embedding_size == self.hidden_size,
             f"project_embeddings=False needs embedding_size == hidden_size "
             f"({self.embedding_size} != {self.hidden_size}); set project_embeddings=True",
@@ -246,6 +255,8 @@ class AlbertConfig:
             d["label2id"] = self.label2id
         if self.problem_type is None:
             d.pop("problem_type")
+        if self.exit_heads == "none":  # a model without exits writes what transformers writes
+            d.pop("exit_heads")
         if self.transformers_compatible:  # HF-structure configs stay exactly what transformers writes
             d.pop("embedding_projection_before_position")
             d.pop("layer_norm_position")

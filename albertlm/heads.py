@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.config import AlbertConfig
-from albertlm.model import AlbertModel, AlbertPreTrainedModel, activation
+from albertlm.model import AlbertModel, AlbertPreTrainedModel, activation, attention_bias
 
 IGNORE = -100  # label value that contributes no loss (HF convention)
 
@@ -105,6 +105,65 @@ def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE)
 
 
+class ExitHeads:
+    """Early exit over the computed layers (``config.exit_heads``), for the heads that read the pooled [CLS]:
+    after computed layer j (0-based) the pooler and classifier j give that layer's logits.
+
+    ``per-layer`` (PABEE, Zhou et al. 2020): a classifier of its own after every layer before the last, the
+    last layer keeping the model's ``classifier`` (so full depth answers as a model without exits);
+    ``shared``: the one ``classifier`` after every layer (no new parameters: every ALBERT layer is the
+    same function, so one head can read them all). Training with labels minimises the depth-weighted mean
+    sum_j (j+1) L_j / sum_j (j+1) of the layers' losses (PABEE's weighting). Inference steps one layer at a
+    time (``exit_start`` / ``exit_step``); ``albertlm.deploy.early_exit`` decides which rows stop.
+    """
+
+    albert: AlbertModel
+    classifier: nn.Linear
+    dropout: nn.Dropout
+    config: AlbertConfig
+
+    def _init_exits(self, width: int) -> None:
+        c = self.config
+        if c.exit_heads == "per-layer":
+            layers = range(c.num_hidden_layers - 1)
+            self.exit_classifiers = nn.ModuleList(nn.Linear(c.hidden_size, width) for _ in layers)
+
+    @property
+    def has_exits(self) -> bool:
+        return self.config.exit_heads != "none"
+
+    def exit_classifier(self, layer: int) -> nn.Linear:
+        """The classifier that reads computed layer ``layer`` (0-based)."""
+        if self.config.exit_heads == "per-layer" and layer < self.config.num_hidden_layers - 1:
+            return self.exit_classifiers[layer]
+        return self.classifier
+
+    def layer_logits(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """(N, S|1, H) output of computed layer ``layer`` -> (N, width) logits of its exit."""
+        return self.exit_classifier(layer)(self.dropout(self.albert.pool(h)))
+
+    def all_layer_logits(self, states: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        """Every computed layer's logits from ``hidden_states`` (embeddings first, then each layer)."""
+        return [self.layer_logits(h, j) for j, h in enumerate(states[1:])]
+
+    def exit_start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                   token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """(N, S) inputs -> (the first layer's input (N, S, H), the attention mask it takes)."""
+        x = self.albert.embeddings(input_ids, token_type_ids)
+        return self.albert.encoder.project(x), attention_bias(attention_mask, x.dtype)
+
+    def exit_step(self, h: torch.Tensor, mask: torch.Tensor | None, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Computed layer ``layer`` on ``h`` -> (its output, its exit's logits (N, width))."""
+        h = self.albert.encoder.run_layer(h, mask, layer)
+        return h, self.layer_logits(h, layer)
+
+
+def depth_weighted(losses: list[torch.Tensor]) -> torch.Tensor:
+    """sum_j (j+1) L_j / sum_j (j+1): deeper exits weigh more (PABEE's training loss)."""
+    total = sum((j + 1) * loss for j, loss in enumerate(losses))
+    return total / (len(losses) * (len(losses) + 1) / 2)
+
+
 class AlbertForPreTraining(AlbertPreTrainedModel):
     """MLM + SOP (or NSP): loss = MLM cross-entropy + sentence-order cross-entropy (spec section 2).
 
@@ -184,11 +243,12 @@ class AlbertForMaskedLM(AlbertPreTrainedModel):
         return ClassifierOutput(_ce(logits, labels[selected]), logits, out.hidden_states)
 
 
-class AlbertForSequenceClassification(AlbertPreTrainedModel):
+class AlbertForSequenceClassification(ExitHeads, AlbertPreTrainedModel):
     """pooled -> dropout -> Linear(H, num_labels); one label = regression with MSE (STS-B).
 
     Only the pooled [CLS] vector is read, so the last block computes that one position
     (``pooled_only``): the logits are HF's, the work ~1/L less. Set it False for the full last layer.
+    With ``config.exit_heads`` the model also has early exits (``ExitHeads``).
     """
 
     pooled_only = True
@@ -199,6 +259,7 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         self.albert = AlbertModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self._init_exits(self.num_labels)
         self.init_weights()
 
     def forward(
@@ -210,26 +271,31 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool = False,
     ) -> ClassifierOutput:
-        out = self.albert(
-            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, self.pooled_only
+        exits = self.has_exits and labels is not None  # training with exits: every layer's loss
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states or exits,
+                          self.pooled_only and not exits)  # fmt: skip
+        if exits:
+            layer_logits = self.all_layer_logits(out.hidden_states)
+            logits = layer_logits[-1]
+            loss = depth_weighted([self._loss(x, labels) for x in layer_logits])
+        else:
+            logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+            loss = self._loss(logits, labels) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states if output_hidden_states else None)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        kind = self.config.problem_type or (
+            "regression"
+            if self.num_labels == 1
+            else "single_label_classification"
+            if labels.dtype in (torch.long, torch.int)
+            else "multi_label_classification"
         )
-        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            kind = self.config.problem_type or (
-                "regression"
-                if self.num_labels == 1
-                else "single_label_classification"
-                if labels.dtype in (torch.long, torch.int)
-                else "multi_label_classification"
-            )
-            if kind == "regression":
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float().reshape(-1))
-            elif kind == "single_label_classification":
-                loss = _ce(logits, labels)
-            else:
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-        return ClassifierOutput(loss, logits, out.hidden_states)
+        if kind == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float().reshape(-1))
+        if kind == "single_label_classification":
+            return _ce(logits, labels)
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
 class AlbertForTokenClassification(AlbertPreTrainedModel):
@@ -291,10 +357,11 @@ class AlbertForQuestionAnswering(AlbertPreTrainedModel):
         return SpanOutput(loss, start.contiguous(), end.contiguous(), out.hidden_states)
 
 
-class AlbertForMultipleChoice(AlbertPreTrainedModel):
+class AlbertForMultipleChoice(ExitHeads, AlbertPreTrainedModel):
     """RACE-style: each (passage, question, option) row pooled -> Linear(H, 1); softmax over C options.
 
-    ``pooled_only`` as in AlbertForSequenceClassification.
+    ``pooled_only`` and early exits as in AlbertForSequenceClassification (an exit's logits are per row,
+    (B * C, 1); the C rows of one example stop together).
     """
 
     pooled_only = True
@@ -304,6 +371,7 @@ class AlbertForMultipleChoice(AlbertPreTrainedModel):
         self.albert = AlbertModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, 1)
+        self._init_exits(1)
         self.init_weights()
 
     def forward(
@@ -320,17 +388,29 @@ class AlbertForMultipleChoice(AlbertPreTrainedModel):
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.reshape(B * C, *t.shape[2:])
 
+        exits = self.has_exits and labels is not None
         out = self.albert(
             flat(input_ids),
             flat(attention_mask),
             flat(token_type_ids),
             flat(position_ids),
-            output_hidden_states,
-            self.pooled_only,
+            output_hidden_states or exits,
+            self.pooled_only and not exits,
         )
-        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)
-        loss = _ce(logits, labels) if labels is not None else None
-        return ClassifierOutput(loss, logits, out.hidden_states)
+        if exits:
+            layer_logits = [x.view(B, C) for x in self.all_layer_logits(out.hidden_states)]
+            logits, loss = layer_logits[-1], depth_weighted([_ce(x, labels) for x in layer_logits])
+        else:
+            logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)
+            loss = _ce(logits, labels) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states if output_hidden_states else None)
+
+    def exit_start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                   token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """(B, C, S) inputs -> the B * C rows' first-layer input, as ``ExitHeads.exit_start``."""
+        S = input_ids.shape[-1]
+        flat = [None if t is None else t.reshape(-1, S) for t in (input_ids, attention_mask, token_type_ids)]
+        return super().exit_start(*flat)
 
 
 class AlbertForQuestionAnsweringV2(AlbertPreTrainedModel):

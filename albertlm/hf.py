@@ -34,8 +34,8 @@ HF_IGNORED = (
     (r"predictions\.decoder\.bias$", "the same tensor as predictions.bias"),
 )
 # Head keys newly initialised when a checkpoint of another head is loaded (HF's behaviour).
-HEAD_PREFIXES = ("classifier.", "qa_outputs.", "sop_classifier.", "predictions.", "start_logits.", "end_",
-                 "answer_")
+HEAD_PREFIXES = ("classifier.", "exit_classifiers.", "qa_outputs.", "sop_classifier.", "predictions.",
+                 "start_logits.", "end_", "answer_")
 
 # Original TF variable -> HF key, applied in order (spec section 3). Kernels are [in, out]: transposed.
 TF_RULES: tuple[tuple[str, str], ...] = (

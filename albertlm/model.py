@@ -218,6 +218,29 @@ class AlbertEncoder(nn.Module):
             return self.albert_layer_groups[group_index(layer, self.num_layers, len(self.albert_layer_groups))]
         return self.albert_layer_groups[layer]
 
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, S, E) embeddings -> (B, S, H), the input of the first computed layer."""
+        return self.embedding_hidden_mapping_in(x) if self.embedding_hidden_mapping_in is not None else x
+
+    def run_layer(self, x: torch.Tensor, mask: torch.Tensor | None, layer: int,
+                  qkv_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+                  first_only: bool = False) -> torch.Tensor:  # fmt: skip
+        """Computed layer ``layer`` (its group's K blocks): (B, S, H) -> (B, S, H), or (B, 1, H) with
+        ``first_only`` (the last block computes position 0 alone). The one layer step of every forward,
+        full depth or early exit."""
+        qkv_cache = {} if qkv_cache is None else qkv_cache
+        blocks = self.layer_group(layer).albert_layers
+        for k, block in enumerate(blocks):
+            key = id(block.attention)
+            if key not in qkv_cache:
+                qkv_cache[key] = block.attention.fused_qkv()
+            last = first_only and k == len(blocks) - 1
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(block, x, mask, qkv_cache[key], last, use_reentrant=False)
+            else:
+                x = block(x, mask, qkv_cache[key], last)
+        return x
+
     def forward(
         self,
         x: torch.Tensor,
@@ -226,22 +249,12 @@ class AlbertEncoder(nn.Module):
         first_only: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """``first_only``: the very last block computes position 0 only (all a pooler reads) -> (B, 1, H)."""
-        if self.embedding_hidden_mapping_in is not None:
-            x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
+        x = self.project(x)  # (B, S, E) -> (B, S, H)
         states = [x] if output_hidden_states else None
         # Shared attention weights are stacked once per forward, not once per computed layer.
         qkv_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for layer in range(self.num_layers):
-            blocks = self.layer_group(layer).albert_layers
-            for k, block in enumerate(blocks):
-                key = id(block.attention)
-                if key not in qkv_cache:
-                    qkv_cache[key] = block.attention.fused_qkv()
-                last = first_only and layer == self.num_layers - 1 and k == len(blocks) - 1
-                if self.gradient_checkpointing and self.training:
-                    x = checkpoint(block, x, mask, qkv_cache[key], last, use_reentrant=False)
-                else:
-                    x = block(x, mask, qkv_cache[key], last)
+            x = self.run_layer(x, mask, layer, qkv_cache, first_only and layer == self.num_layers - 1)
             if states is not None:
                 states.append(x)
         return x, tuple(states) if states is not None else None

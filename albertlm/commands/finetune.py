@@ -99,6 +99,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--official-format", default=None, metavar="DIR",
                     help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
                          "null_odds.json) into DIR and print the command that scores them")  # fmt: skip
+    ev.add_argument("--exit-sweep", action="store_true",
+                    help="early exit: evaluate a grid of exit rules (patience, confidence, entropy) against full "
+                         "depth, with the measured batch-1 latency and batch throughput; writes exit_sweep.json / "
+                         ".md / .png into --out")  # fmt: skip
+    ev.add_argument("--save-exit-rule", action="store_true",
+                    help="early exit: after evaluating, save the --exit-* rule given as the model's default (its "
+                         "config.json; predict, serve and export then use it)")  # fmt: skip
     _user_data_flags(ev, skip=("dev_fraction",))
     _engine_flags(ev)
     _inference_flags(ev)
@@ -207,6 +214,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.out:  # checked before the model loads
         refuse_model_dir(args.out, "its metrics.json is the fine-tuning's: write the evaluation to another --out")
+    if args.exit_sweep and not args.out:
+        raise UserError("--exit-sweep writes exit_sweep.json / .md / .png: add --out DIR")
+    if args.save_exit_rule and args.engine != "torch":
+        raise UserError("--save-exit-rule writes into a model folder (--engine torch); an export takes the rule the "
+                        "model had when it was exported: save it on the model, then export again")  # fmt: skip
     predictor = load_predictor(args)
     task = predictor.task
     if task is None:
@@ -221,6 +233,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.limit:
         examples = examples[: args.limit]
     _note_skips(policy, lambda m: print(m, file=sys.stderr))
+    if args.exit_sweep:
+        return _exit_sweep(args, predictor, examples, path)
+    if args.save_exit_rule and predictor.exit_rule is None:
+        raise UserError("--save-exit-rule saves the rule given with --exit-patience / --exit-confidence / "
+                        "--exit-entropy / --exit-max-layers: give one")  # fmt: skip
     result, answers = predictor.evaluate(examples)
     print(json.dumps(json_ready(result)))  # an undefined score (NaN) is null in JSON
     spans = nulls = None
@@ -244,10 +261,42 @@ def _evaluate(args: argparse.Namespace) -> int:
 
         files = write_official(task, examples, spans, nulls, Path(args.official_format))
         print(f"wrote the official script's inputs to {args.official_format}; there: {files.command}", file=sys.stderr)
+    if args.save_exit_rule:
+        _save_exit_rule(Path(args.model), predictor.exit_rule)
+        where += f"; saved the exit rule ({predictor.exit_rule.describe()}) in {Path(args.model) / 'config.json'}"
     main = task.main_metric if task.main_metric in result else next(iter(result))
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
     print(msg, file=sys.stderr)
     return 0
+
+
+def _exit_sweep(args: argparse.Namespace, predictor, examples: list, path: Path) -> int:  # noqa: ANN001
+    from albertlm.research import exit_sweep
+
+    def progress(row: dict) -> None:
+        print(f"  {row['rule']}: {row['metric']} {row['score']:.4f}, {row['mean_layers']:.2f} layers, "
+              f"{row['latency_ms']:.2f} ms at batch 1, {row['throughput']:.0f} inputs/s", file=sys.stderr)
+
+    rows = exit_sweep.sweep(predictor, examples, progress=progress)
+    title = (f"{predictor.task.name}: {len(examples)} examples of {path}, engine {args.engine} "
+             f"({predictor.engine.precision}), {predictor.config.num_hidden_layers} layers")  # fmt: skip
+    info = {"model": args.model, "data": str(path), "engine": args.engine, "precision": predictor.engine.precision,
+            "threads": args.threads, "examples": len(examples)}  # fmt: skip
+    files = exit_sweep.write(rows, Path(args.out), title, info)
+    sys.stdout.write(exit_sweep.table(rows))
+    print(f"swept {len(rows)} exit rules; wrote {', '.join(str(f) for f in files)}; save one with: albertlm "
+          f"evaluate --model {args.model} --data {args.data} --exit-patience N --save-exit-rule", file=sys.stderr)
+    return 0
+
+
+def _save_exit_rule(model_dir: Path, rule) -> None:  # noqa: ANN001
+    """The rule becomes the model's default: config.json's albertlm_task (rewritten atomically)."""
+    from albertlm.config import AlbertConfig
+    from albertlm.deploy.inference import TASK_KEY, architecture_of
+
+    config = AlbertConfig.load(model_dir)
+    config.extra[TASK_KEY] = {**(config.extra.get(TASK_KEY) or {}), **rule.settings()}
+    config.save(model_dir, architectures=[architecture_of(model_dir)])
 
 
 def _read_input(path: str | None) -> list[str]:

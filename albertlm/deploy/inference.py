@@ -17,6 +17,7 @@ for every engine, taken from the model's task kind (``albertlm.tasks.kinds``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import fields, replace
@@ -28,8 +29,10 @@ import torch
 from torch import nn
 
 from albertlm.config import AlbertConfig
+from albertlm.deploy import early_exit
 from albertlm.errors import DataError, MissingDependency, UserError
-from albertlm.heads import HEADS, Head
+from albertlm.heads import HEADS, ExitHeads, Head
+from albertlm.model import attention_bias
 from albertlm.tasks import features as F
 from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
 from albertlm.tasks.registry import Task, get_task, task_from_info
@@ -95,6 +98,7 @@ class TorchEngine:
         self.architecture = self.head.architecture
         self.device = next(model.parameters()).device
         self.precision = resolve_precision(precision, self.device)
+        self.can_exit = isinstance(model, ExitHeads) and model.has_exits
 
     @classmethod
     def load(cls, directory: str | Path, threads: int | None = None, precision: str = "auto") -> TorchEngine:
@@ -105,21 +109,46 @@ class TorchEngine:
                             "or openvino")  # fmt: skip
         return cls(load_torch_model(directory), precision)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    @contextlib.contextmanager
+    def _running(self):
+        """Eval mode (then back to the model's own), no autograd, the engine's precision."""
         was_training = self.model.training
         self.model.eval()
-        inputs = {k: torch.as_tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()
-                  if k in self.head.inputs}  # fmt: skip
         try:
             with torch.inference_mode(), precision_autocast(self.precision, self.device):
-                out = self.model(**inputs)
+                yield
         finally:
             self.model.train(was_training)
+
+    def _inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: torch.as_tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()
+                if k in self.head.inputs}  # fmt: skip
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self._running():
+            out = self.model(**self._inputs(batch))
         result = {}
         for name in self.head.outputs:
             v = getattr(out, name)
             result[name] = v.float().cpu().numpy() if v.is_floating_point() else v.cpu().numpy()
         return result
+
+    # early exit (albertlm.deploy.early_exit): the model's own layer steps, present for heads with exits
+    def exit_start(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        inputs = self._inputs(batch)
+        with self._running():
+            hidden, _ = self.model.exit_start(inputs["input_ids"], inputs.get("attention_mask"),
+                                              inputs.get("token_type_ids"))  # fmt: skip
+        S = inputs["input_ids"].shape[-1]
+        mask = inputs.get("attention_mask")
+        mask = torch.ones_like(inputs["input_ids"]) if mask is None else mask
+        return {"hidden": hidden, "attention_mask": mask.reshape(-1, S)}
+
+    def exit_step(self, state: dict[str, torch.Tensor], layer: int) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        with self._running():
+            bias = attention_bias(state["attention_mask"], state["hidden"].dtype)
+            hidden, logits = self.model.exit_step(state["hidden"], bias, layer)
+        return {**state, "hidden": hidden}, logits.float().cpu().numpy()
 
 
 class OnnxSession:
@@ -152,17 +181,21 @@ class OnnxSession:
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
 
 
+INT_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "p_mask", "layer")  # the graphs' int64 inputs
+
+
 def graph_feeds(batch: dict[str, Any], input_names: list[str]) -> dict[str, np.ndarray]:
-    """The graph's inputs as int64 arrays (torch tensors too); an absent mask or type ids take the defaults."""
-    ids = np.asarray(batch["input_ids"], dtype=np.int64)
-    defaults = {"attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    """The graph's inputs as arrays (torch tensors too): ids, masks and the exit graphs' layer as int64, the
+    exit graphs' hidden states as they are; an absent mask or type ids take the defaults."""
     feeds = {}
     for name in input_names:
         value = batch.get(name)
-        value = defaults[name] if value is None and name in defaults else value
+        if value is None and name in ("attention_mask", "token_type_ids"):
+            ids = np.asarray(batch["input_ids"])
+            value = np.ones_like(ids, dtype=np.int64) if name == "attention_mask" else np.zeros_like(ids, np.int64)
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
-        feeds[name] = np.asarray(value, dtype=np.int64)
+        feeds[name] = np.asarray(value, dtype=np.int64) if name in INT_INPUTS else np.asarray(value)
     return feeds
 
 
@@ -189,7 +222,23 @@ class _Export:
         self.architecture = self.manifest["architecture"]
         self.head = HEADS[self.architecture]
         self.config = AlbertConfig.load(directory)
+        self.exit_graphs: early_exit.ExitGraphs | None = None
         return files
+
+    def _open_exits(self, session: Any, variant: str) -> None:
+        """The export's exit graphs (``deploy.json`` "exit"), when it has them."""
+        if "exit" in self.manifest:
+            self.exit_graphs = early_exit.ExitGraphs(self.directory, self.manifest["exit"], session, variant)
+
+    @property
+    def can_exit(self) -> bool:
+        return self.exit_graphs is not None
+
+    def exit_start(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        return self.exit_graphs.exit_start(batch)
+
+    def exit_step(self, state: dict[str, np.ndarray], layer: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        return self.exit_graphs.exit_step(state, layer)
 
 
 class OnnxEngine(_Export, OnnxSession):
@@ -210,6 +259,7 @@ class OnnxEngine(_Export, OnnxSession):
         use_int8 = "int8" in files if precision == "auto" else precision == "int8"
         super().__init__(self.directory / files["int8" if use_int8 else "fp32"], threads)
         self.precision = "int8" if use_int8 else "fp32"
+        self._open_exits(lambda path, _outputs: OnnxSession(path, threads), self.precision)
 
 
 class OpenVinoSession:
@@ -290,6 +340,8 @@ class OpenVinoEngine(_Export):
                                        list(self.head.outputs))  # fmt: skip
         self.path = self.session.path
         self.precision = "int8" if int8 else ("fp32" if self.session.hint == "f32" else self.session.hint)
+        self._open_exits(lambda path, outputs: OpenVinoSession(path, threads, hint, outputs),
+                         OPENVINO_INT8 if int8 else "fp32")  # fmt: skip
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return self.session(batch)
@@ -370,6 +422,9 @@ class Predictor:
         if self.config.vocab_size < tokenizer.vocab_size:
             raise DataError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                             f"{self.config.vocab_size}; use the tokenizer the model was trained with")  # fmt: skip
+        self.exit_rule = early_exit.ExitRule.from_settings(self.settings)
+        if self.exit_rule is not None:
+            early_exit.check_exits(self.exit_rule, self.config, kind.name, engine)
 
     @classmethod
     def load(cls, directory: str | Path, engine: str = "torch", threads: int | None = None,
@@ -404,6 +459,11 @@ class Predictor:
         """An in-memory PyTorch model (fine-tuning's evaluation)."""
         return cls(TorchEngine(model, precision), tokenizer, kind_of(task), task, settings)
 
+    def with_settings(self, **changes: Any) -> Predictor:
+        """The same engine and tokenizer with some inference settings changed (e.g. another exit rule)."""
+        return Predictor(self.engine, self.tokenizer, self.kind, self.task, replace(self.settings, **changes),
+                         self.info)  # fmt: skip
+
     # ------------------------------------------------------------------ the one path
     @property
     def labels(self) -> list[str] | None:
@@ -428,7 +488,18 @@ class Predictor:
 
     def answers(self, examples: list) -> list[dict]:
         enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
-        return self.kind.decode(examples, enc, self.forward(enc.features), self.settings, self.config, self.info)
+        out = self.forward(enc.features)
+        answers = self.kind.decode(examples, enc, out, self.settings, self.config, self.info)
+        for answer, layer in zip(answers, out.get("exit_layer", ()), strict=False):  # exits: one row per example
+            answer["layer"] = int(layer)
+        return answers
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One batch through the engine: at full depth, or with the exit rule (outputs then add exit_layer)."""
+        if self.exit_rule is None:
+            return self.engine(feed)
+        layers = self.config.num_hidden_layers
+        return early_exit.run(self.engine, feed, self.exit_rule, layers, self.kind.name == "regression")
 
     def batches(self, feats: list[dict]) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
         """(feature indices, the engine's input arrays) per length-bucketed batch: what the engine is fed."""
@@ -447,7 +518,7 @@ class Predictor:
         out: dict[str, list] = {}
         order: list[int] = []
         for idx, feed in self.batches(feats):
-            result = self.engine(feed)
+            result = self.run(feed)
             order.extend(idx)
             for name, value in result.items():
                 out.setdefault(name, []).extend(value)
@@ -456,7 +527,12 @@ class Predictor:
 
     def predict(self, examples: list) -> list[dict[str, Any]]:
         """One row per example: what ``albertlm predict`` prints and the server returns."""
-        return [self.kind.row(ex, a, self.config) for ex, a in zip(examples, self.answers(examples), strict=True)]
+        rows = []
+        for ex, a in zip(examples, self.answers(examples), strict=True):
+            rows.append(self.kind.row(ex, a, self.config))
+            if "layer" in a:
+                rows[-1]["layer"] = a["layer"]  # early exit: the computed layer this input left at
+        return rows
 
     def evaluate(self, examples: list) -> tuple[dict[str, float], list[dict]]:
         """The task's metrics on labelled examples, and the answers they were computed from."""
@@ -466,6 +542,8 @@ class Predictor:
         answers = self.answers(examples)
         result = self.kind.score(self.task, examples, answers, self.config)
         result["examples"] = float(len(examples))
+        if answers and "layer" in answers[0]:
+            result["mean_layers"] = float(np.mean([a["layer"] for a in answers]))
         return result, answers
 
     # ------------------------------------------------------------------ conveniences

@@ -46,6 +46,17 @@ class InferenceSettings:
     max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept", "min": 1})
     max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer, in tokens", "min": 1})
     n_best: int = field(default=20, metadata={"help": "QA: start and end candidates searched per window", "min": 1})
+    # Early exit (albertlm.deploy.early_exit), for models fine-tuned with --exits; rules combine with "or".
+    exit_patience: int = field(default=0, metadata={"min": 0, "help": "early exit: a row stops once its predicted "
+                               "class has stayed the same for N more layers (PABEE; 0: off)"})
+    exit_confidence: float | None = field(default=None, metadata={"above": 0, "max": 1, "help": "early exit: a row "
+                                          "stops at the first layer whose top probability is at least P"})
+    exit_entropy: float | None = field(default=None, metadata={"min": 0, "max": 1, "help": "early exit: a row stops "
+                                       "at the first layer whose prediction entropy / log(classes) is at most X"})
+    exit_max_layers: int | None = field(default=None, metadata={"min": 1, "help": "early exit: compute at most N "
+                                        "layers"})
+    exit_delta: float = field(default=0.1, metadata={"above": 0, "help": "early exit, regression: a layer agrees "
+                              "with the one before when the value moved by less than this"})
 
 
 @dataclass

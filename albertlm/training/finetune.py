@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm.config import PRESETS, AlbertConfig
+from albertlm.config import EXIT_HEADS, PRESETS, AlbertConfig
+from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
 from albertlm.errors import SEED_BOUNDS, DataError, UserError
 from albertlm.files import write_text_atomic
@@ -76,6 +77,12 @@ class Settings:
     precision: str = field(default="auto", metadata={
         "help": "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32), fp32 or bf16; weights stay fp32",
         "choices": ("auto", "fp32", "bf16")})
+    exits: str | None = field(default=None, metadata={
+        "help": "early exits: per-layer (PABEE: a classifier after every layer), shared (the one classifier reads "
+                "every layer; no new parameters) or none (default: the model's own)", "choices": EXIT_HEADS})
+    train_exits_only: bool = field(default=False, metadata={
+        "help": "train only the per-layer exit classifiers, the encoder and final classifier frozen (a model "
+                "already fine-tuned gains exits and keeps its full-depth answers)"})
     config_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE
     inference: InferenceSettings = field(default_factory=InferenceSettings)  # evaluation and the saved settings
 
@@ -298,7 +305,11 @@ def train(
     random.seed(s.seed)
     np.random.seed(s.seed)
     torch.manual_seed(s.seed)
-    model = build_model(task, model_arg, tok, data.labels, s.config_overrides)
+    check_exit_settings(task, s)
+    overrides = {**s.config_overrides, **({"exit_heads": s.exits} if s.exits is not None else {})}
+    model = build_model(task, model_arg, tok, data.labels, overrides)
+    if s.train_exits_only:
+        freeze_all_but_exits(model)
     chosen: dict = {}
     if task.generic:
         task, chosen = auto_defaults(task, data.train, model, tok, random_init=model_arg in PRESETS)
@@ -315,7 +326,7 @@ def train(
     total = s.max_steps if s.max_steps else max(1, math.ceil(s.epochs * per_epoch))
     warmup = int(s.warmup * total) if s.warmup < 1 else int(min(s.warmup, total))
     eval_every = s.eval_every or (per_epoch if task.generic else 0)
-    opt = build_optimizer(model, "adamw", s.lr, s.weight_decay)
+    opt = build_optimizer(model, "adamw", s.lr, s.weight_decay)  # frozen parameters (requires_grad off) stay
     sched = build_scheduler(opt, warmup, total)
     if overwrite:  # the previous run's files go only now, when this run is about to write its own
         for name in OUTPUT_FILES:
@@ -390,6 +401,25 @@ def train(
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
     write_text_atomic(out / "metrics.json", text + "\n")
     return final
+
+
+def check_exit_settings(task: Task, s: Settings) -> None:
+    """Early exit is for the kinds whose heads have exits; --train-exits-only needs per-layer ones."""
+    kind = kind_of(task).name
+    if s.exits not in (None, "none") and kind not in EXIT_KINDS:
+        raise UserError(f"--exits: early exit is for {', '.join(EXIT_KINDS)} tasks; {task.name} is {kind}, whose "
+                        "answer is one decision per token or span position, with no exit rule here (see README)")
+    if s.train_exits_only and s.exits == "shared":
+        raise UserError("--train-exits-only trains the per-layer exit classifiers; --exits shared has none (its one "
+                        "classifier is the model's own): use --exits per-layer")  # fmt: skip
+
+
+def freeze_all_but_exits(model: Any) -> None:
+    """Only the per-layer exit classifiers learn: the encoder, pooler and final classifier keep their weights."""
+    if getattr(model.config, "exit_heads", "none") != "per-layer":
+        raise UserError("--train-exits-only needs a model with per-layer exits: add --exits per-layer")
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("exit_classifiers."))
 
 
 def _describe(s: Settings, chosen: dict, given: set[str]) -> str:
