@@ -351,7 +351,8 @@ def _schemas() -> dict[str, dict]:
         "type": "object",
         "description": "classification: label, score, probabilities; regression: value; tagging: tokens, tags, "
         "scores (one per word); qa: id, answer, start, end (character offsets), score (+ span, null_score "
-        "for SQuAD 2.0); choice: label, option, score, probabilities",
+        "for SQuAD 2.0); choice: label, option, score, probabilities; with an early-exit rule (classification, "
+        "regression, choice) also layer, the computed layer the input left at",
     }
     return {
         "predict": {"oneOf": [one, {"type": "object", "properties": {"inputs": {"type": "array", "items": one}},
