@@ -134,6 +134,8 @@ def run(engine: Any, batch: dict[str, np.ndarray], rule: ExitRule, num_layers: i
         out_logits[done], exit_layer[done] = logits[stop], layer + 1
         if stop.all():
             break
+        if not stop.any():
+            continue  # nobody left: the state goes on as it is, no copy
         keep = np.flatnonzero(~stop)
         active = active[keep]
         rows = (keep[:, None] * group + np.arange(group)).ravel()  # model rows of the examples that go on
