@@ -222,17 +222,24 @@ class _Export:
         self.architecture = self.manifest["architecture"]
         self.head = HEADS[self.architecture]
         self.config = AlbertConfig.load(directory)
-        self.exit_graphs: early_exit.ExitGraphs | None = None
+        self._exit_graphs: early_exit.ExitGraphs | None = None
         return files
 
     def _open_exits(self, session: Any, variant: str) -> None:
-        """The export's exit graphs (``deploy.json`` "exit"), when it has them."""
-        if "exit" in self.manifest:
-            self.exit_graphs = early_exit.ExitGraphs(self.directory, self.manifest["exit"], session, variant)
+        """Where the export's exit graphs (``deploy.json`` "exit") come from; they are opened at the first exit
+        step, so a model served at full depth does not compile them at start-up."""
+        self._exit_source = (session, variant)
 
     @property
     def can_exit(self) -> bool:
-        return self.exit_graphs is not None
+        return "exit" in self.manifest
+
+    @property
+    def exit_graphs(self) -> early_exit.ExitGraphs:
+        if self._exit_graphs is None:
+            session, variant = self._exit_source
+            self._exit_graphs = early_exit.ExitGraphs(self.directory, self.manifest["exit"], session, variant)
+        return self._exit_graphs
 
     def exit_start(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return self.exit_graphs.exit_start(batch)
