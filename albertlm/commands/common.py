@@ -48,14 +48,14 @@ def add_inference_flags(p: argparse.ArgumentParser) -> None:
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     """How a model is run: shared by evaluate, predict and serve."""
-    from albertlm.deploy.inference import ENGINES, PRECISIONS
+    from albertlm.deploy.inference import ENGINE_PRECISIONS, ENGINES
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     p.add_argument("--engine", choices=ENGINES, default="torch",
                    help="torch, or onnx / openvino: --model is then a folder written by `albertlm export` "
                         "(onnx runs its int8 graph if present; openvino its static int8 file if present, else "
                         "the fp32 graph, in bf16 where the CPU has it, else f32)")  # fmt: skip
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+    p.add_argument("--precision", choices=ENGINE_PRECISIONS, default="auto",
                    help="what the engine computes in. auto: onnx and openvino use the export's int8 when it has "
                         "one; torch and openvino otherwise bf16 where the CPU has AVX-512 BF16 / AMX, else fp32. "
                         "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx and openvino "
