@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import CheckpointError
+from albertlm.files import atomic_file
 
 if TYPE_CHECKING:
     from albertlm.model import AlbertPreTrainedModel
@@ -248,10 +249,9 @@ def save_state_dict(
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     config.save(d, architectures=[class_name])  # our class names are transformers' (heads.HEADS)
-    tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
-    save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
-    os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates its file 0600; honour the umask like every other file
-    os.replace(tmp, d / WEIGHTS_SAFETENSORS)
+    with atomic_file(d / WEIGHTS_SAFETENSORS) as tmp:
+        save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
+        os.chmod(tmp, 0o666 & ~_umask())  # safetensors makes its file 0600; honour the umask as all files do
     return d
 
 

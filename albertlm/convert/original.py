@@ -34,7 +34,7 @@ import torch
 from albertlm.config import AlbertConfig
 from albertlm.convert.tf_reader import TFCheckpoint, resolve_prefix
 from albertlm.errors import CheckpointError
-from albertlm.files import read_json, require_new_dir
+from albertlm.files import publish, read_json, require_new_dir, staging_dir
 from albertlm.heads import HEADS
 from albertlm.hf import tf_to_hf_name
 
@@ -391,9 +391,7 @@ def _tokenizer(vocab: str | Path | None, folder: Path, lowercase: bool, cfg: Alb
 def _write(model: torch.nn.Module, tok: Any, out: Path) -> None:
     """Everything into a temporary directory beside ``out``, renamed into place once complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.convert-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # our own leftover from a crashed run of this process id
+    tmp = staging_dir(out.parent, f".{out.name}.convert-{os.getpid()}")  # a leftover of this process id: ours
     try:
         model.save_pretrained(tmp)
         if tok is not None:
@@ -402,7 +400,7 @@ def _write(model: torch.nn.Module, tok: Any, out: Path) -> None:
             cfg = json.loads(path.read_text(encoding="utf-8"))
             cfg[COMPAT_KEY] = COMPAT_ORIGINAL  # ids follow the original release's tokenization
             path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, out)  # replaces only an empty directory
+        publish(tmp, out)  # replaces only an empty directory
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

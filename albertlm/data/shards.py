@@ -44,8 +44,7 @@ from albertlm.data.instances import (
     plan_instances,
 )
 from albertlm.errors import DataError, UserError
-from albertlm.files import fsync_dir, refuse_model_dir, write_text_atomic
-from albertlm.training.checkpoint import sha256
+from albertlm.files import publish, refuse_model_dir, sha256, staging_dir
 
 _log = logging.getLogger(__name__)
 
@@ -306,9 +305,7 @@ def build_dataset(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     build_id = uuid.uuid4().hex[:12]
-    tmp = out / f".tmp-{build_id}"
-    tmp.mkdir()
-    (tmp / BUILD_MARK).write_text("")  # empty: a build is a pure function of its inputs, byte for byte
+    tmp = staging_dir(out, f".tmp-{build_id}", mark=BUILD_MARK)  # an empty mark: builds are byte-for-byte pure
     word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
     ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
     ws_meta.write(word_start)
@@ -375,7 +372,6 @@ def build_dataset(
         if created:
             out.rmdir()
         raise UserError(_no_text(files, skipped))
-    fsync_dir(tmp)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -399,14 +395,10 @@ def build_dataset(
         "shards": shards,
         "seconds": round(time.time() - t0, 3),
     }
-    # swap in: drop the old manifest first, so a crash from here on leaves no readable half-state
+    # swap in: the old manifest goes first, so a crash from here on leaves no readable half-state
     old = [p for p in _previous_builds(out) if p != tmp]
-    if (out / MANIFEST).exists():
-        os.unlink(out / MANIFEST)
-        fsync_dir(out)
-    os.rename(tmp, out / manifest["shard_dir"])
-    fsync_dir(out)
-    write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), durable=True)
+    publish(tmp, out / manifest["shard_dir"], manifest=out / MANIFEST,
+            text=json.dumps(manifest, indent=1, sort_keys=True))  # fmt: skip
     for p in old:
         _remove_build(p)
     return manifest

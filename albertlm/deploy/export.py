@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import uuid
 import warnings
@@ -63,8 +62,8 @@ from albertlm.deploy.inference import (
 )
 from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
 from albertlm.errors import DataError, UserError
+from albertlm.files import publish, sha256, staging_dir
 from albertlm.heads import HEADS
-from albertlm.training.checkpoint import sha256
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 OPENVINO_INT8_FILE = "model.openvino-int8.xml"  # + .bin: NNCF's static int8, for --engine openvino
@@ -251,9 +250,7 @@ def _staging(out: Path):
     for stale in out.glob(".export-*.tmp"):  # left by an export that was killed
         if (stale / EXPORT_MARK).is_file():
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = out / f".export-{uuid.uuid4().hex[:12]}.tmp"
-    tmp.mkdir()
-    (tmp / EXPORT_MARK).write_text("")
+    tmp = staging_dir(out, f".export-{uuid.uuid4().hex[:12]}.tmp", mark=EXPORT_MARK)
     try:
         yield tmp, out
     finally:
@@ -270,16 +267,10 @@ def _swap_in(tmp: Path, out: Path, written: list[str], manifest: dict[str, Any])
     except (OSError, ValueError, AttributeError):
         pass
     (out / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in written:
-        os.replace(tmp / name, out / name)
     for name in old_files - set(written) - {MANIFEST_FILE}:
         if "/" not in name and (out / name).is_file():
             (out / name).unlink()
-    staged = tmp / MANIFEST_FILE
-    staged.write_text(json.dumps(manifest, indent=2) + "\n")
-    with open(staged, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(staged, out / MANIFEST_FILE)
+    publish(tmp, out, names=written, manifest=out / MANIFEST_FILE, text=json.dumps(manifest, indent=2) + "\n")
 
 
 def _copy_tokenizer(src: Path, out_dir: Path) -> bool:

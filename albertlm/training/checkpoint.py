@@ -18,10 +18,8 @@ the run reaches their step).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import random
 import shutil
 from pathlib import Path
@@ -31,6 +29,7 @@ import numpy as np
 import torch
 
 from albertlm.errors import CheckpointCorrupt, TrainingError
+from albertlm.files import publish, sha256, staging_dir
 from albertlm.training.distributed import print0
 
 _log = logging.getLogger(__name__)
@@ -42,14 +41,6 @@ REQUIRED = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "r
 
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step_{step:08d}"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def rng_state() -> dict[str, Any]:
@@ -84,11 +75,7 @@ def _np_state_to_json(s: tuple) -> list:
 
 def prepare(root: Path, step: int) -> Path:
     """Create (fresh) the temp folder for ``step``; called by rank 0 before the ranks write into it."""
-    tmp = root / f".step_{step:08d}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp
+    return staging_dir(root, f".step_{step:08d}.tmp")
 
 
 def write_rank_rng(tmp: Path, rank: int) -> None:
@@ -100,18 +87,7 @@ def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last:
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     sums = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
-    for p in tmp.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-    final = step_dir(root, step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    final = publish(tmp, step_dir(root, step), replace=True)
     if keep_last > 0:
         upto = [p for p in list_checkpoints(root) if p.name <= final.name]
         for old in upto[:-keep_last]:
