@@ -10,7 +10,8 @@ working.
     │   └── ConfigError      an invalid model configuration (config.json, --set)
     ├── DataError            a malformed input file (names file:line)
     ├── CheckpointError      weights that do not fit the model, or a damaged checkpoint
-    │   └── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    │   ├── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    │   └── ConversionError      an original TF checkpoint / config / vocabulary that cannot be converted
     ├── TrainingError        a run that cannot go on (diverged, inconsistent resume)
     ├── MissingDependency    an optional extra is not installed (says which)
     └── RequestError         a bad HTTP request to the server (status + code)
@@ -41,6 +42,10 @@ class CheckpointError(AlbertlmError, ValueError):
 
 class CheckpointCorrupt(CheckpointError):
     """A checkpoint whose files are missing or fail their checksums."""
+
+
+class ConversionError(CheckpointError):
+    """A checkpoint / config / vocabulary that cannot be converted: one line naming the variable or file."""
 
 
 class TrainingError(AlbertlmError, RuntimeError):
