@@ -42,6 +42,7 @@ import shutil
 import uuid
 import warnings
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,21 @@ QUANT_OP_TYPES = ("MatMul", "Gemm", "Gather", "Attention")
 # "standard" keeps plain ONNX ops, for runtimes other than onnxruntime. (OpenVINO converts those contrib ops,
 # so `--engine openvino` runs either graph's fp32 file.)
 GRAPHS = ("ort", "standard")
+MIN_OPSET = 14  # the attention export's ops
+QUANTIZE = ("int8",)
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """How ``albertlm export`` writes a model (the command's flags are these fields; see ``export_onnx``)."""
+
+    opset: int = field(default=DEFAULT_OPSET, metadata={"help": f"ONNX opset (>= {MIN_OPSET} for the attention "
+                                                               "export)"})  # fmt: skip
+    graph: str = field(default="ort", metadata={"choices": GRAPHS, "help": (
+        "ort: fused onnxruntime contrib ops (Attention, FastGelu, SkipLayerNormalization), fastest on "
+        "onnxruntime (OpenVINO reads it too); standard: plain ONNX ops for other runtimes")})  # fmt: skip
+    quantize: str | None = field(default=None, metadata={"choices": QUANTIZE, "help": (
+        "also write model.int8.onnx (onnxruntime dynamic quantization)")})  # fmt: skip
 
 
 class _Exportable(nn.Module):
