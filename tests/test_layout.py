@@ -1,17 +1,30 @@
-"""The layout stays readable: the README's annotated file tree lists exactly the package's modules (a module
-added, moved or removed shows up here until the tree says so)."""
+"""The layout stays readable: no function grows past 100 lines, and the README's annotated file tree lists
+exactly the package's modules (a module added, moved or removed shows up here until the tree says so)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "albertlm"
+MAX_FUNCTION_LINES = 100
 
 
 def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_function_is_over_100_lines():
+    long = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, f"split these along their steps: {long}"
 
 
 def readme_tree(readme: Path = REPO / "README.md") -> set[str]:

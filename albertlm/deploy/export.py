@@ -175,15 +175,7 @@ def export_onnx(
     onnx = require("onnx")
     require("onnxruntime")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if quantize not in (None, "int8"):
-        raise UserError(f"--quantize {quantize!r} is not supported; use int8 or leave it out")
-    if graph not in GRAPHS:
-        raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
-    if calibration is not None and quantize != "int8":
-        raise UserError("--calibration calibrates int8: add --quantize int8")
-    if any((out_dir / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
-        raise UserError(f"--out {out_dir} holds a torch model; an export writes its own config.json and tokenizer, "
-                        "so it gets a folder of its own: choose another --out")
+    _check_request(out_dir, quantize, graph, calibration)
     arch = architecture_of(model_dir)
     tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
     # read before anything is written: a bad calibration file ends the export with nothing half-made
@@ -258,6 +250,20 @@ def export_onnx(
         manifest["sha256"] = {name: sha256(out_dir / name) for name in written}
         _swap_in(out_dir, final_dir, written, manifest)
         return manifest
+
+
+
+def _check_request(out_dir: Path, quantize: str | None, graph: str, calibration: str | Path | None) -> None:
+    """Refuse, before anything loads, what an export cannot do."""
+    if quantize not in (None, "int8"):
+        raise UserError(f"--quantize {quantize!r} is not supported; use int8 or leave it out")
+    if graph not in GRAPHS:
+        raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
+    if calibration is not None and quantize != "int8":
+        raise UserError("--calibration calibrates int8: add --quantize int8")
+    if any((out_dir / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
+        raise UserError(f"--out {out_dir} holds a torch model; an export writes its own config.json and tokenizer, "
+                        "so it gets a folder of its own: choose another --out")
 
 
 @contextlib.contextmanager
