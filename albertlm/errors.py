@@ -60,13 +60,15 @@ SEED_BOUNDS = {"min": 0, "max": 2**32 - 1}  # what numpy and torch take as a see
 
 
 def out_of_bounds(value: float, low: float | None = None, high: float | None = None,
-                  above: float | None = None) -> str | None:
-    """Why ``value`` breaks the bounds a setting declares (``min`` / ``max`` / ``above`` in its dataclass field's
-    metadata), or None: the one rule behind the CLI's bounded flags and ``check_bounds``."""
+                  above: float | None = None, below: float | None = None) -> str | None:  # fmt: skip
+    """Why ``value`` breaks the bounds a setting declares (``min`` / ``max`` / ``above`` / ``below`` in its
+    dataclass field's metadata), or None: the one rule behind the CLI's bounded flags and ``check_bounds``."""
     if value != value:  # NaN passes every comparison
         return "must be a number"
     if above is not None and not value > above:
-        return f"must be above {above}"
+        return f"must be above {above}" + (f" and below {below}" if below is not None else "")
+    if below is not None and not value < below:
+        return (f"must be above {above} and" if above is not None else "must be") + f" below {below}"
     if (low is not None and value < low) or (high is not None and value > high):
         if low is not None and high is not None:
             return f"must be from {low} to {high}"
@@ -83,9 +85,14 @@ def check_bounds(settings: object) -> None:
         value = getattr(settings, f.name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        why = out_of_bounds(value, f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("above"))
+        why = out_of_bounds(value, *(f.metadata.get(k) for k in ("min", "max", "above", "below")))
         if why:
-            raise UserError(f"--{f.name.replace('_', '-')} {why}, not {value}")
+            raise UserError(f"{flag_name(f)} {why}, not {value}")
+
+
+def flag_name(f: object) -> str:
+    """The command-line flag of a settings field: ``metadata["flag"]``, else ``--`` and the field's name."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")  # type: ignore[attr-defined]
 
 
 class RequestError(AlbertlmError):

@@ -10,8 +10,11 @@ from albertlm.cli import build_parser
 from albertlm.commands.finetune import _settings
 from albertlm.commands.flags import build
 from albertlm.commands.pretrain import _config_from_args
+from albertlm.data.instances import InstanceConfig
+from albertlm.data.shards import BuildSettings
 from albertlm.deploy.export import ExportSettings
 from albertlm.deploy.serve import BatchSettings
+from albertlm.errors import flag_name
 from albertlm.tasks.kinds import InferenceSettings
 from albertlm.training.finetune import Settings
 from albertlm.training.pretrain import PretrainConfig
@@ -39,18 +42,24 @@ def test_defaults_equal_the_library_defaults():
         assert all(getattr(args, f.name) is None for f in dataclasses.fields(InferenceSettings))
     assert build(parse("serve"), BatchSettings) == BatchSettings()
     assert build(parse("export"), ExportSettings) == ExportSettings()
+    data_build = build_parser().parse_args(["data", "build", "--input", "x", "--tokenizer", "t", "--out", "o"])
+    assert build(data_build, InstanceConfig) == InstanceConfig()
+    assert build(data_build, BuildSettings) == BuildSettings()
 
 
 @pytest.mark.parametrize("command, cls", [("pretrain", PretrainConfig), ("finetune", Settings),
                                           ("predict", InferenceSettings), ("serve", InferenceSettings),
-                                          ("serve", BatchSettings), ("export", ExportSettings)])  # fmt: skip
+                                          ("serve", BatchSettings), ("export", ExportSettings),
+                                          ("data build", InstanceConfig), ("data build", BuildSettings)])  # fmt: skip
 def test_every_help_shows_the_library_default(command, cls):
-    sub = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == command)[1]
+    sub = build_parser()
+    for name in command.split():
+        sub = sub._subparsers._group_actions[0].choices[name]
     help_text = " ".join(sub.format_help().split())
     for f in dataclasses.fields(cls):
         if "help" not in f.metadata or f.default is None or f.default is dataclasses.MISSING:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_name(f)
         assert flag in help_text, flag
         assert f"(default: {f.default})" in help_text, flag
 
@@ -134,9 +143,7 @@ def test_settings_built_in_python_get_the_same_bounds():
 
 
 # Numbers whose range is checked after parsing, by the library, in one line naming the flag.
-CHECKED_LATER = {"data build": {"--max-seq-length", "--max-predictions", "--masked-lm-prob", "--dupe-factor",
-                                "--short-seq-prob", "--ngram"},
-                 "export": {"--opset"}, "tokenizer train": {"--vocab-size"}}  # fmt: skip
+CHECKED_LATER = {"export": {"--opset"}, "tokenizer train": {"--vocab-size"}}
 
 
 def _commands(parser, prefix=""):

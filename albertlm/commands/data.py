@@ -19,6 +19,10 @@ from albertlm.commands import flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.data.instances import InstanceConfig
+    from albertlm.data.shards import BuildSettings
+
     p = sub.add_parser("data", help="build and inspect pretraining data (SOP/NSP pairs, n-gram masks)")
     dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -40,62 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip files in input directories matching this pattern (e.g. heldout.txt)",
     )
     b.add_argument("--tokenizer", required=True, help="tokenizer directory or file (spiece.model / vocab.txt)")
-    b.add_argument(
-        "--tokenizer-compat",
-        choices=["original", "transformers", "tokenizer"],
-        default="original",
-        help="encode the text as google-research/albert did (original, the default: ALBERT pretraining data), "
-        "as transformers does, or as the tokenizer's albertlm_compat records",
-    )
     b.add_argument("--out", required=True, help="output directory (manifest.json is written there last)")
-    b.add_argument(
-        "--mode",
-        choices=["static", "dynamic"],
-        default="dynamic",
-        help="static: masked instances written once per dupe copy (the original); dynamic: "
-        "token ids only, pairs and masks drawn fresh every epoch",
-    )
-    b.add_argument(
-        "--task",
-        choices=["sop", "nsp", "none"],
-        default="sop",
-        help="inter-sentence task: sentence order (ALBERT), next sentence (BERT) or none",
-    )
-    b.add_argument(
-        "--input-format",
-        choices=["auto", "lines", "paragraphs", "jsonl"],
-        default="auto",
-        help="auto: .jsonl/.json or lines starting with '{' are JSONL, else one sentence per line",
-    )
-    b.add_argument("--max-seq-length", type=int, default=512, help="tokens per instance, with specials")
-    b.add_argument("--max-predictions", type=int, default=20, help="max masked tokens per instance")
-    b.add_argument("--masked-lm-prob", type=float, default=0.15, help="fraction of tokens to mask")
-    b.add_argument(
-        "--dupe-factor", type=int, default=1, help="static mode: masked copies of the data (the original used 40)"
-    )
-    b.add_argument(
-        "--short-seq-prob",
-        type=float,
-        default=0.1,
-        help="probability that a document uses a random shorter target length",
-    )
-    b.add_argument("--ngram", type=int, default=3, help="longest masked n-gram in words (p(n) ~ 1/n)")
-    b.add_argument(
-        "--single-sentence-random-b",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="one-sentence chunks take B from a random document even in SOP mode (original)",
-    )
-    b.add_argument(
-        "--whole-word-zh",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="jieba whole-word masking for Chinese (default: on for wordpiece tokenizers)",
-    )
-    b.add_argument("--workers", type=flags.count, default=1, help="worker processes (one unit per file chunk)")
-    b.add_argument("--chunk-mb", type=flags.bounded(float, above=0), default=32.0,
-                   help="split input files into units of this size")
-    b.add_argument("--seed", type=flags.seed, default=12345, help="seed of every random choice")
+    add_flags(b, InstanceConfig)
+    add_flags(b, BuildSettings)
     b.set_defaults(func=run_build)
 
     i = dsub.add_parser("inspect", help="print the manifest summary and a few decoded instances")
@@ -141,38 +92,31 @@ _WARNINGS = (
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from albertlm.commands.flags import build
     from albertlm.data import InstanceConfig, build_dataset
+    from albertlm.data.shards import BuildSettings
     from albertlm.errors import UserError
     from albertlm.tokenizer import load_tokenizer
 
     if not Path(args.tokenizer).exists():
         raise UserError(f"--tokenizer path does not exist: {args.tokenizer}")
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
-    cfg = InstanceConfig(
-        task=args.task,
-        max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions,
-        masked_lm_prob=args.masked_lm_prob,
-        short_seq_prob=args.short_seq_prob,
-        ngram=args.ngram,
-        single_sentence_random_b=args.single_sentence_random_b,
-    )
+    cfg = build(args, InstanceConfig)
+    s = build(args, BuildSettings)
     tok = load_tokenizer(args.tokenizer)
     t0 = time.time()
     m = build_dataset(
         args.input,
         tok,
         args.out,
-        compat=None if args.tokenizer_compat == "tokenizer" else args.tokenizer_compat,
-        mode=args.mode,
+        compat=s.compat,
+        mode=s.mode,
         cfg=cfg,
-        dupe_factor=args.dupe_factor,
-        whole_word_zh=args.whole_word_zh,
-        workers=args.workers,
-        seed=args.seed,
-        input_format=args.input_format,
-        chunk_bytes=max(1, int(args.chunk_mb * 2**20)),
+        dupe_factor=s.dupe_factor,
+        whole_word_zh=s.whole_word_zh,
+        workers=s.workers,
+        seed=s.seed,
+        input_format=s.input_format,
+        chunk_bytes=s.chunk_bytes,
         exclude=tuple(args.exclude),
         progress=True,
     )

@@ -2,9 +2,10 @@
 can never drift from the setting it sets.
 
 A field ``eval_batch_size: int = 64`` with ``metadata={"help": ...}`` becomes ``--eval-batch-size N``
-(help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` / ``above`` in the metadata
-bound a number. Every derived flag parses to None when it is not given, so ``values`` returns only what the user
-typed and the dataclass default (or a base object such as the demo's settings) applies to the rest.
+(help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` / ``above`` / ``below`` in the
+metadata bound a number, and ``flag`` names the flag when it is not the field's name. Every derived flag
+parses to None when it is not given, so ``values`` returns only what the user typed and the dataclass
+default (or a base object such as the demo's settings) applies to the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from albertlm.errors import SEED_BOUNDS, out_of_bounds
+from albertlm.errors import SEED_BOUNDS, flag_name, out_of_bounds
 
 
 def _scalar(hint: Any) -> Any:
@@ -26,14 +27,15 @@ def _scalar(hint: Any) -> Any:
     return hint if hint in (int, float, str, bool) else None
 
 
-def bounded(kind: type, low: float | None = None, high: float | None = None, above: float | None = None) -> Any:
+def bounded(kind: type, low: float | None = None, high: float | None = None, above: float | None = None,
+            below: float | None = None) -> Any:  # fmt: skip
     """An argparse type: ``kind`` parsed, then held to [low, high] (and above ``above``), so an out-of-range
     value ends in argparse's one line (``argument --seed: ...``) instead of a traceback, or a silently odd
     run, from deep inside the command."""
 
     def parse(text: str) -> Any:
         value = kind(text)
-        why = out_of_bounds(value, low, high, above)
+        why = out_of_bounds(value, low, high, above, below)
         if why:
             raise argparse.ArgumentTypeError(f"{why}, not {text}")
         return value
@@ -75,14 +77,15 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         help_text = f.metadata["help"]
         if default is not None and "default" not in help_text:
             help_text += f" (default: {default})"
-        names = ["--" + f.name.replace("_", "-"), *(aliases or {}).get(f.name, ())]
+        names = [flag_name(f), *(aliases or {}).get(f.name, ())]
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
         if "choices" in f.metadata:
             kw["choices"] = f.metadata["choices"]
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         else:
-            bounds = {k: f.metadata.get(m) for k, m in (("low", "min"), ("high", "max"), ("above", "above"))}
+            bounds = {k: f.metadata.get(m) for k, m in (("low", "min"), ("high", "max"), ("above", "above"),
+                                                         ("below", "below"))}  # fmt: skip
             parse = bounded(kind, **bounds) if any(v is not None for v in bounds.values()) else kind
             parser.add_argument(*names, type=parse, metavar=f.metadata.get("metavar"), **kw)
 

@@ -18,41 +18,41 @@ sizes from numpy's unseeded global RNG (spec s6); ours is reproducible.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from albertlm.data.corpus import CJK
-from albertlm.errors import UserError
+from albertlm.errors import UserError, check_bounds
 
 OBJECTIVES = ("sop", "nsp", "none")
 
 
 @dataclass(frozen=True)
 class InstanceConfig:
-    """How pairs are cut and masked; defaults are the original's (spec s6)."""
+    """How pairs are cut and masked; defaults are the original's (spec s6). The metadata is the flags of
+    ``albertlm data build`` and the bounds ``validate`` holds them to."""
 
-    task: str = "sop"  # sop (sentence order), nsp (random next document), none (single segment)
-    max_seq_length: int = 512  # including [CLS] and [SEP]s
-    max_predictions_per_seq: int = 20  # cap on masked tokens per instance
-    masked_lm_prob: float = 0.15  # fraction of tokens to mask, before the cap
-    short_seq_prob: float = 0.1  # chance a document uses a random target length in [2, max]
-    ngram: int = 3  # longest masked n-gram, in words; p(n) proportional to 1/n
-    single_sentence_random_b: bool = True  # original quirk: one-sentence chunks take B from another doc
+    # sop (sentence order), nsp (random next document), none (single segment)
+    task: str = field(default="sop", metadata={"choices": OBJECTIVES, "help": (
+        "inter-sentence task: sentence order (ALBERT), next sentence (BERT) or none")})  # fmt: skip
+    max_seq_length: int = field(default=512, metadata={"min": 8, "help": "tokens per instance, with specials"})
+    max_predictions_per_seq: int = field(default=20, metadata={  # cap on masked tokens per instance
+        "min": 1, "flag": "--max-predictions", "metavar": "MAX_PREDICTIONS",
+        "help": "max masked tokens per instance"})  # fmt: skip
+    masked_lm_prob: float = field(default=0.15, metadata={  # before the cap
+        "above": 0.0, "below": 1.0, "help": "fraction of tokens to mask"})  # fmt: skip
+    short_seq_prob: float = field(default=0.1, metadata={  # a random target length in [2, max]
+        "min": 0.0, "max": 1.0, "help": "probability that a document uses a random shorter target length"})  # fmt: skip
+    ngram: int = field(default=3, metadata={  # p(n) proportional to 1/n
+        "min": 1, "help": "longest masked n-gram in words (p(n) ~ 1/n)"})  # fmt: skip
+    single_sentence_random_b: bool = field(default=True, metadata={  # an original quirk
+        "help": "one-sentence chunks take B from a random document even in SOP mode (original)"})  # fmt: skip
 
     def validate(self) -> None:
         if self.task not in OBJECTIVES:
             raise UserError(f"--task must be one of {OBJECTIVES}, got {self.task!r}")
-        if self.max_seq_length < 8:
-            raise UserError(f"--max-seq-length must be at least 8, got {self.max_seq_length}")
-        if self.max_predictions_per_seq < 1:
-            raise UserError(f"--max-predictions must be >= 1, got {self.max_predictions_per_seq}")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise UserError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise UserError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
-        if self.ngram < 1:
-            raise UserError(f"--ngram must be >= 1, got {self.ngram}")
+        check_bounds(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -29,12 +29,19 @@ import shutil
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from albertlm.data.corpus import chunk_boundaries, detect_format, iter_documents, looks_binary, resolve_inputs
+from albertlm.data.corpus import (
+    INPUT_FORMATS,
+    chunk_boundaries,
+    detect_format,
+    iter_documents,
+    looks_binary,
+    resolve_inputs,
+)
 from albertlm.data.instances import (
     DocumentEncoder,
     DocumentPool,
@@ -43,7 +50,7 @@ from albertlm.data.instances import (
     build_instance,
     plan_instances,
 )
-from albertlm.errors import DataError, UserError
+from albertlm.errors import SEED_BOUNDS, DataError, UserError
 from albertlm.files import publish, refuse_model_dir, sha256, staging_dir
 
 _log = logging.getLogger(__name__)
@@ -54,6 +61,42 @@ MANIFEST = "manifest.json"
 # Written first into every build folder: a crashed build's leftovers (``.tmp-<id>``, or ``shards-<id>``
 # renamed before its manifest) carry it, so the next build removes them and nothing it did not create.
 BUILD_MARK = ".albertlm-build"
+MODES = ("static", "dynamic")
+COMPATS = ("original", "transformers", "tokenizer")  # "tokenizer": the behaviour its albertlm_compat records
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How ``build_dataset`` runs, beside the ``InstanceConfig`` of what it makes; its defaults are the
+    function's, and the fields are the flags of ``albertlm data build``."""
+
+    tokenizer_compat: str = field(default="original", metadata={"choices": COMPATS, "help": (
+        "encode the text as google-research/albert did (original: ALBERT pretraining data), as transformers "
+        "does, or as the tokenizer's albertlm_compat records")})  # fmt: skip
+    mode: str = field(default="dynamic", metadata={"choices": MODES, "help": (
+        "static: masked instances written once per dupe copy (the original); dynamic: token ids only, pairs and "
+        "masks drawn fresh every epoch")})  # fmt: skip
+    input_format: str = field(default="auto", metadata={"choices": INPUT_FORMATS, "help": (
+        "auto: .jsonl/.json or lines starting with '{' are JSONL, else one sentence per line")})  # fmt: skip
+    dupe_factor: int = field(default=1, metadata={"min": 1, "help": (
+        "static mode: masked copies of the data (the original used 40)")})  # fmt: skip
+    whole_word_zh: bool | None = field(default=None, metadata={"help": (
+        "jieba whole-word masking for Chinese (default: on for wordpiece tokenizers)")})  # fmt: skip
+    workers: int = field(default=1, metadata={"min": 1, "help": "worker processes (one unit per file chunk)"})
+    chunk_mb: float = field(default=32.0, metadata={"above": 0, "help": "split input files into units of this size"})
+    seed: int = field(default=12345, metadata={**SEED_BOUNDS, "help": "seed of every random choice"})
+
+    @property
+    def chunk_bytes(self) -> int:
+        return max(1, int(self.chunk_mb * 2**20))
+
+    @property
+    def compat(self) -> str | None:
+        """``build_dataset``'s ``compat``: None for the tokenizer's own behaviour."""
+        return None if self.tokenizer_compat == "tokenizer" else self.tokenizer_compat
+
+
+_DEFAULT = BuildSettings()
 
 
 class DataFormatError(DataError):
@@ -252,15 +295,15 @@ def build_dataset(
     tokenizer,
     out_dir: str | Path,
     *,
-    compat: str | None = "original",
-    mode: str = "dynamic",
+    compat: str | None = _DEFAULT.compat,
+    mode: str = _DEFAULT.mode,
     cfg: InstanceConfig | None = None,
-    dupe_factor: int = 1,
-    whole_word_zh: bool | None = None,
-    workers: int = 1,
-    seed: int = 12345,
-    input_format: str = "auto",
-    chunk_bytes: int = 32 << 20,
+    dupe_factor: int = _DEFAULT.dupe_factor,
+    whole_word_zh: bool | None = _DEFAULT.whole_word_zh,
+    workers: int = _DEFAULT.workers,
+    seed: int = _DEFAULT.seed,
+    input_format: str = _DEFAULT.input_format,
+    chunk_bytes: int = _DEFAULT.chunk_bytes,
     exclude: tuple[str, ...] = (),
     progress: bool = False,
 ) -> dict:
@@ -274,7 +317,7 @@ def build_dataset(
         tokenizer = tokenizer.with_compat(compat)
     cfg = cfg or InstanceConfig()
     cfg.validate()
-    if mode not in ("static", "dynamic"):
+    if mode not in MODES:
         raise UserError(f"--mode must be static or dynamic, got {mode!r}")
     if dupe_factor < 1:
         raise UserError(f"--dupe-factor must be >= 1, got {dupe_factor}")
