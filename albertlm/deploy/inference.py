@@ -31,6 +31,7 @@ from torch import nn
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
 from albertlm.errors import DataError, MissingDependency, UserError
+from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
 from albertlm.tasks import features as F
@@ -69,9 +70,9 @@ def architecture_of(model_dir: str | Path) -> str:
         raise FileNotFoundError(f"{path} does not exist; give a model directory (config.json + weights)")
     try:
         arch = (json.loads(path.read_text()).get("architectures") or ["AlbertModel"])[0]
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, KeyError, IndexError) as e:
         raise DataError(f"{path}: not a valid config.json ({e}); re-save the model") from None
-    if arch not in HEADS:
+    if not isinstance(arch, str) or arch not in HEADS:
         raise DataError(f"{path}: architecture {arch!r} is not an albertlm head; known: {', '.join(HEADS)}")
     return arch
 
@@ -215,8 +216,12 @@ class _Export:
         try:
             self.manifest = json.loads(manifest_path.read_text())
             files = self.manifest["files"]
+            if not isinstance(files, dict):
+                raise TypeError("files is not a table")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
+        for key, name in files.items():
+            inside(directory, name, f"{manifest_path} files.{key}", DataError)
         _verify_export(directory, self.manifest)
         self.directory = directory
         self.architecture = self.manifest["architecture"]
@@ -367,7 +372,7 @@ def _verify_export(directory: Path, manifest: dict) -> None:
     if not isinstance(sums, dict):
         raise DataError(f"{directory / MANIFEST_FILE}: damaged manifest (sha256 is not a table); export again")
     for name, digest in sums.items():
-        f = directory / str(name)
+        f = inside(directory, name, f"{directory / MANIFEST_FILE} sha256", DataError)
         if not f.is_file() or sha256(f) != digest:
             raise DataError(f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
                             "interrupted); export again: albertlm export --model DIR --out DIR")
