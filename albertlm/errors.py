@@ -10,7 +10,8 @@ working.
     │   └── ConfigError      an invalid model configuration (config.json, --set)
     ├── DataError            a malformed input file (names file:line)
     ├── CheckpointError      weights that do not fit the model, or a damaged checkpoint
-    │   └── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    │   ├── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    │   └── NonFiniteOutput      a model that computes NaN or infinity (broken weights or config)
     ├── TrainingError        a run that cannot go on (diverged, inconsistent resume)
     ├── MissingDependency    an optional extra is not installed (says which)
     └── RequestError         a bad HTTP request to the server (status + code)
@@ -41,6 +42,10 @@ class CheckpointError(AlbertlmError, ValueError):
 
 class CheckpointCorrupt(CheckpointError):
     """A checkpoint whose files are missing or fail their checksums."""
+
+
+class NonFiniteOutput(CheckpointError):
+    """The model computed NaN or infinity: its weights or config are broken, and no answer is given."""
 
 
 class TrainingError(AlbertlmError, RuntimeError):
@@ -103,6 +108,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "MissingDependency",
+    "NonFiniteOutput",
     "RequestError",
     "TrainingError",
     "UserError",

@@ -30,7 +30,7 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
-from albertlm.errors import DataError, MissingDependency, UserError
+from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError
 from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
@@ -531,6 +531,12 @@ class Predictor:
         order: list[int] = []
         for idx, feed in self.batches(feats):
             result = self.run(feed)
+            for name, value in result.items():
+                value = np.asarray(value)
+                if value.dtype.kind == "f" and not np.isfinite(value).all():
+                    raise NonFiniteOutput(f"the model computed a non-finite {name} (NaN or infinity) from these "
+                                          "inputs: its weights or config.json are broken (layer_norm_eps, a "
+                                          "damaged checkpoint); fine-tune or convert it again")  # fmt: skip
             order.extend(idx)
             for name, value in result.items():
                 out.setdefault(name, []).extend(value)

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from albertlm.errors import DataError, RequestError, UserError, check_bounds
+from albertlm.errors import DataError, NonFiniteOutput, RequestError, UserError, check_bounds
 
 if TYPE_CHECKING:
     from albertlm.deploy.inference import Predictor
@@ -231,6 +231,8 @@ class Service:
         self.max_request_bytes = max_request_bytes
         self.lock = threading.Lock()  # one inference at a time, batched or called directly
         self.batcher = Batcher(self._run, batching)
+        self.failure: str | None = None  # why the model is broken (it computed NaN), once it has
+        self.failures = 0
 
     def parse(self, raw: bytes, allowed: set[str] | None = None) -> dict[str, Any]:
         if len(raw) > self.max_request_bytes:
@@ -315,21 +317,38 @@ class Service:
 
     def call(self, endpoint: str, raw: bytes) -> dict[str, Any]:
         """Answer one request now, in this thread, unbatched."""
-        return self.reply(endpoint, self._run(self.examples(endpoint, raw)))
+        examples = self.examples(endpoint, raw)
+        try:
+            return self.reply(endpoint, self._run(examples))
+        except NonFiniteOutput as e:
+            raise self.broken(e) from None
 
     async def handle(self, endpoint: str, raw: bytes) -> dict[str, Any]:
         """Answer one request in the batch it shares with the requests that arrive with it."""
         examples = await asyncio.to_thread(self.examples, endpoint, raw)  # a big body parses off the event loop
-        return self.reply(endpoint, await self.batcher.submit(examples))
+        try:
+            return self.reply(endpoint, await self.batcher.submit(examples))
+        except NonFiniteOutput as e:
+            raise self.broken(e) from None
+
+    def broken(self, e: NonFiniteOutput) -> RequestError:
+        """A model that computed NaN is broken, not the request: the answer is a 500, and /health says so from
+        now on (a load balancer stops sending it traffic)."""
+        self.failures += 1
+        self.failure = str(e)
+        return RequestError(500, "non_finite_output", str(e))
 
     def stats(self) -> dict[str, Any]:
         return {**self.batcher.stats, "batch_window_ms": self.batcher.settings.batch_window_ms,
                 "max_batch": self.batcher.settings.max_batch}  # fmt: skip
 
     def health(self) -> dict[str, Any]:
+        """The model and its state: ``status`` "ok", or "failing" (with the error) once it computed NaN."""
         p = self.predictor
+        failing = {"error": self.failure, "failed_requests": self.failures} if self.failure else {}
         return {
-            "status": "ok",
+            "status": "failing" if self.failure else "ok",
+            **failing,
             "architecture": p.engine.architecture,
             "task": p.task.name if p.task else None,
             "kind": p.kind.name,
@@ -408,8 +427,9 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
         return error(500, "internal_error", f"{type(e).__name__}: the server failed on this request")
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return service.health()
+    async def health() -> JSONResponse:
+        state = service.health()
+        return JSONResponse(state, status_code=503 if state["status"] != "ok" else 200)
 
     @app.get("/stats", summary="batches run since the start, and the batching settings")
     async def stats() -> dict[str, Any]:
