@@ -77,11 +77,16 @@ def fsync_dir(path: str | Path) -> None:
 def write_text_atomic(path: str | Path, text: str, durable: bool = False) -> Path:
     """Write ``text`` to a unique temp name beside ``path`` and rename it over ``path``; with ``durable``
     the file and the rename are also flushed to disk. A failure leaves ``path`` as it was."""
+    return write_bytes_atomic(path, text.encode("utf-8"), durable)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, durable: bool = False) -> Path:
+    """``write_text_atomic`` for bytes."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
