@@ -18,7 +18,7 @@ from albertlm.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from albertlm.commands.finetune import _engine_flags, _inference_flags
+    from albertlm.commands.common import add_engine_flags, add_inference_flags
     from albertlm.commands.flags import add_flags, bounded, count
     from albertlm.deploy.serve import BatchSettings
 
@@ -32,13 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-request-bytes", type=count, default=1 << 20,
                    help="largest request body accepted (default: 1 MiB)")  # fmt: skip
     add_flags(p, BatchSettings)
-    _engine_flags(p)
-    _inference_flags(p)
+    add_engine_flags(p)
+    add_inference_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.commands.finetune import load_predictor
+    from albertlm.commands.common import load_predictor
     from albertlm.commands.flags import build
     from albertlm.deploy.inference import require
     from albertlm.deploy.serve import BatchSettings

@@ -35,7 +35,7 @@ from albertlm.config import AlbertConfig
 from albertlm.convert.tf_reader import TFCheckpoint, resolve_prefix
 from albertlm.errors import CheckpointError
 from albertlm.files import read_json, require_new_dir
-from albertlm.heads import HEADS as MODEL_HEADS
+from albertlm.heads import HEADS
 from albertlm.hf import tf_to_hf_name
 
 # Variables a training run adds beside the weights (optimizer slots, step and loss-scale counters).
@@ -45,7 +45,7 @@ SKIP = re.compile(
 )
 # Fine-tuning heads of the original repositories: run_classifier (classifier_utils), run_squad_v1 and
 # run_squad_v2 (squad_utils). (pattern, our key, transpose: dense kernels are [in, out]).
-HEADS = (
+TF_HEAD_RULES = (
     (r"^output_weights$", "classifier.weight", False),
     (r"^output_bias$", "classifier.bias", False),
     (r"^cls/squad/output_weights$", "qa_outputs.weight", False),
@@ -100,7 +100,7 @@ class ConversionReport:
 
     @property
     def transformers_compatible(self) -> bool:
-        head = MODEL_HEADS.get(self.architecture)
+        head = HEADS.get(self.architecture)
         return self.config.transformers_compatible and head is not None and head.in_transformers
 
     def summary(self) -> str:
@@ -216,7 +216,7 @@ def map_name(name: str, structure: str, renumber: dict[int, int]) -> tuple[str, 
     """Original variable -> (our HF-layout key, transpose); None for optimizer state; KeyError if unknown."""
     if SKIP.search(name):
         return None
-    for pattern, key, transposed in HEADS:
+    for pattern, key, transposed in TF_HEAD_RULES:
         if re.match(pattern, name):
             head, _, last = re.sub(pattern, key, name).rpartition(".")
             return f"{head}.{_SUFFIX.get(last, last)}", transposed and name.endswith("/kernel")

@@ -15,7 +15,7 @@ from albertlm.data.corpus import (
 )
 from albertlm.data.dataset import PackingCollator, PretrainingCollator, PretrainingDataset, pack_instances
 from albertlm.data.instances import (
-    TASKS,
+    OBJECTIVES,
     DocumentEncoder,
     InstanceConfig,
     SpecialIds,
@@ -38,7 +38,7 @@ __all__ = [
     "BUILD_MARK",
     "INPUT_FORMATS",
     "MANIFEST",
-    "TASKS",
+    "OBJECTIVES",
     "DataFormatError",
     "DocumentEncoder",
     "InstanceConfig",

@@ -25,7 +25,7 @@ import numpy as np
 from albertlm.data.corpus import CJK
 from albertlm.errors import UserError
 
-TASKS = ("sop", "nsp", "none")
+OBJECTIVES = ("sop", "nsp", "none")
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class InstanceConfig:
     single_sentence_random_b: bool = True  # original quirk: one-sentence chunks take B from another doc
 
     def validate(self) -> None:
-        if self.task not in TASKS:
-            raise UserError(f"--task must be one of {TASKS}, got {self.task!r}")
+        if self.task not in OBJECTIVES:
+            raise UserError(f"--task must be one of {OBJECTIVES}, got {self.task!r}")
         if self.max_seq_length < 8:
             raise UserError(f"--max-seq-length must be at least 8, got {self.max_seq_length}")
         if self.max_predictions_per_seq < 1:

@@ -46,7 +46,7 @@ TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned
 MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
 OPENVINO_INT8 = "openvino_int8"  # deploy.json's key for the NNCF-quantized OpenVINO IR, when exported
 ENGINES = ("torch", "onnx", "openvino")
-PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
+ENGINE_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
 # What needs an optional module and how to install it; every module not named here is in the deploy extra.
 INSTALL = {"openvino": ("--engine openvino", "pip install 'albertlm[openvino]'"),
            "nncf": ("OpenVINO int8 (--calibration)", "pip install 'albertlm[openvino]'")}
@@ -393,8 +393,8 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
     """
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision not in ENGINE_PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(ENGINE_PRECISIONS)}, not {precision!r}")
     lacks = {"torch": "int8", "onnx": "bf16"}.get(engine)
     if precision == lacks:
         hint = "int8 runs on an export: --engine onnx or openvino" if lacks == "int8" else (

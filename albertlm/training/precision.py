@@ -16,7 +16,7 @@ import torch
 
 from albertlm.errors import UserError
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 @functools.cache
@@ -40,8 +40,8 @@ def cpu_bf16() -> str | None:
 
 def resolve(precision: str, device: torch.device | str = "cpu") -> str:
     """``auto`` -> bf16 where the device multiplies bf16 natively, else fp32; other values are checked."""
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision not in TRAINING_PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(TRAINING_PRECISIONS)}, not {precision!r}")
     if precision != "auto":
         return precision
     kind = torch.device(device).type

@@ -41,7 +41,7 @@ from albertlm.training.distributed import (
     wrap_model,
 )
 from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
-from albertlm.training.precision import PRECISIONS
+from albertlm.training.precision import TRAINING_PRECISIONS
 from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
 
@@ -78,7 +78,7 @@ class PretrainConfig:
     clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7; inf: none)", above=0)
     precision: str = _opt("auto", "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX or the GPU has bf16, "
                           "else fp32), fp32, bf16 (autocast) or fp16 (autocast + grad scaler); weights stay fp32",
-                          choices=PRECISIONS)
+                          choices=TRAINING_PRECISIONS)
     compile: bool | None = _opt(None, "torch.compile the model (default: on for CUDA, off on CPU)")
     activation_checkpointing: bool = _opt(False, "recompute blocks in backward")
     fsdp: bool = _opt(False, "FSDP2 (fully_shard) instead of DDP under torchrun")
@@ -108,8 +108,8 @@ class PretrainConfig:
     def check_flags(self) -> None:
         """What the settings alone can get wrong (no data, no processes needed), so a typo stops a run
         before it builds, opens or replaces anything."""
-        if self.precision not in PRECISIONS:
-            raise TrainingError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.precision not in TRAINING_PRECISIONS:
+            raise TrainingError(f"--precision must be one of {', '.join(TRAINING_PRECISIONS)}, not {self.precision!r}")
         if self.lr_schedule not in SCHEDULES:
             raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
         if self.optimizer not in LR_DEFAULTS:
