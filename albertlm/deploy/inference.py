@@ -499,6 +499,14 @@ class Predictor:
         return self.parse(self.kind.read_line(line, where), where)
 
     def answers(self, examples: list) -> list[dict]:
+        counts = {len(ex.options) for ex in examples} if self.kind.name == "choice" else set()
+        if len(counts) > 1:  # one batch holds one number of options: answer each number's inputs together
+            out: list[dict] = [{}] * len(examples)
+            for n in counts:
+                idx = [i for i, ex in enumerate(examples) if len(ex.options) == n]
+                for i, answer in zip(idx, self.answers([examples[i] for i in idx]), strict=True):
+                    out[i] = answer
+            return out
         enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
         out = self.forward(enc.features)
         answers = self.kind.decode(examples, enc, out, self.settings, self.config, self.info)
