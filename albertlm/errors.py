@@ -11,7 +11,8 @@ working.
     ├── DataError            a malformed input file (names file:line)
     ├── CheckpointError      weights that do not fit the model, or a damaged checkpoint
     │   ├── CheckpointCorrupt    a checkpoint whose files fail their checksums
-    │   └── NonFiniteOutput      a model that computes NaN or infinity (broken weights or config)
+    │   ├── NonFiniteOutput      a model that computes NaN or infinity (broken weights or config)
+    │   └── ConversionError      an original TF checkpoint / config / vocabulary that cannot be converted
     ├── TrainingError        a run that cannot go on (diverged, inconsistent resume)
     ├── MissingDependency    an optional extra is not installed (says which)
     └── RequestError         a bad HTTP request to the server (status + code)
@@ -46,6 +47,10 @@ class CheckpointCorrupt(CheckpointError):
 
 class NonFiniteOutput(CheckpointError):
     """The model computed NaN or infinity: its weights or config are broken, and no answer is given."""
+
+
+class ConversionError(CheckpointError):
+    """A checkpoint / config / vocabulary that cannot be converted: one line naming the variable or file."""
 
 
 class TrainingError(AlbertlmError, RuntimeError):

@@ -1,10 +1,21 @@
-"""Writing files so that a reader never sees half of one: the one helper every module uses."""
+"""Writing files and folders so that a reader never sees half of one: the one helper every module uses.
+
+A file is written under a temp name beside it and renamed over it (``atomic_file``, ``write_text_atomic``).
+A folder is published in three steps: its contents are written into a staging folder (``staging_dir``,
+holding a marker file when leftovers of a killed writer must be told from a user's folder), then
+``publish`` drops the old manifest, flushes the staged files and renames them into place, and writes the
+new manifest last: a reader sees the old folder, no folder, or the new one, never a mixture.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
@@ -74,6 +85,19 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A unique temp name beside ``path`` to write to; renamed over ``path`` when the block ends, removed if
+    it raises. A failure leaves ``path`` as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_text_atomic(path: str | Path, text: str, durable: bool = False) -> Path:
     """Write ``text`` to a unique temp name beside ``path`` and rename it over ``path``; with ``durable``
     the file and the rename are also flushed to disk. A failure leaves ``path`` as it was."""
@@ -83,16 +107,68 @@ def write_text_atomic(path: str | Path, text: str, durable: bool = False) -> Pat
 def write_bytes_atomic(path: str | Path, data: bytes, durable: bool = False) -> Path:
     """``write_text_atomic`` for bytes."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
+    with atomic_file(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     if durable:
         fsync_dir(path.parent)
     return path
+
+
+def sha256(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes (read in 1 MiB blocks): the checksum every manifest records."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_file(path: str | Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def staging_dir(parent: str | Path, name: str, mark: str | None = None) -> Path:
+    """A fresh, empty folder ``parent/name`` to write a folder's contents into before ``publish`` (one left
+    there by a killed writer is removed first); with ``mark``, an empty file of that name is written into
+    it at once, so that leftovers of ours can be told from a user's folder and removed safely."""
+    path = Path(parent) / name
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    if mark is not None:
+        (path / mark).write_text("")
+    return path
+
+
+def publish(staging: Path, final: Path, names: list[str] | None = None, manifest: Path | None = None,
+            text: str = "", replace: bool = False) -> Path:  # fmt: skip
+    """Move what ``staging`` holds into place, durably, in the order that keeps every reader safe:
+
+    1. the old ``manifest`` (if any) is removed, so from here on a reader finds no finished folder;
+    2. the staged files are flushed and renamed: the whole folder to ``final`` (which must not exist or be
+       empty, unless ``replace`` deletes it first) or, with ``names``, those files into the folder ``final``;
+    3. the new ``manifest`` (``text``) is written last, flushed with its rename.
+    """
+    if manifest is not None and manifest.exists():
+        manifest.unlink()
+        fsync_dir(manifest.parent)
+    for p in staging.iterdir():
+        if p.is_file():
+            fsync_file(p)
+    fsync_dir(staging)
+    if names is None:
+        if replace and final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    else:
+        for name in names:
+            os.replace(staging / name, final / name)
+    fsync_dir(final if names is not None else final.parent)
+    if manifest is not None:
+        write_text_atomic(manifest, text, durable=True)
+    return final

@@ -1,8 +1,8 @@
-"""HuggingFace and original-TensorFlow checkpoint interoperability: the declarative key maps.
+"""The HuggingFace format: reading and writing model folders, and the declarative key map.
 
 Our modules carry HF's names, so an HF state dict differs from ours only by the rules in
 ``HF_IGNORED`` and ``hf_to_ours`` (prefix, the tied decoder, buffers HF once saved). The original TF
-names map through ``TF_RULES`` (spec section 3). Nothing is ever unpickled unsafely: ``.bin`` files are read with
+names live in ``albertlm.convert.names``. Nothing is ever unpickled unsafely: ``.bin`` files are read with
 ``torch.load(weights_only=True)``.
 """
 
@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import CheckpointError
-from albertlm.files import inside, read_json
+from albertlm.files import atomic_file, inside, read_json
 
 if TYPE_CHECKING:
     from albertlm.model import AlbertPreTrainedModel
@@ -36,62 +36,6 @@ HF_IGNORED = (
 # Head keys newly initialised when a checkpoint of another head is loaded (HF's behaviour).
 HEAD_PREFIXES = ("classifier.", "exit_classifiers.", "qa_outputs.", "sop_classifier.", "predictions.",
                  "start_logits.", "end_", "answer_")
-
-# Original TF variable -> HF key, applied in order (spec section 3). Kernels are [in, out]: transposed.
-TF_RULES: tuple[tuple[str, str], ...] = (
-    (r"^bert/embeddings/(word|position|token_type)_embeddings$", r"albert.embeddings.\1_embeddings.weight"),
-    (r"^bert/embeddings/LayerNorm/(gamma|beta)$", r"albert.embeddings.LayerNorm.\1"),
-    (r"^bert/encoder/embedding_hidden_mapping_in/(kernel|bias)$", r"albert.encoder.embedding_hidden_mapping_in.\1"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/attention_1/self/(query|key|value)/(kernel|bias)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.\3.\4"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/attention_1/output/dense/(kernel|bias)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.dense.\3"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/LayerNorm/(gamma|beta)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.attention.LayerNorm.\3"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/ffn_1/intermediate/dense/(kernel|bias)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.ffn.\3"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/ffn_1/intermediate/output/dense/(kernel|bias)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.ffn_output.\3"),
-    (r"^bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/LayerNorm_1/(gamma|beta)$",
-     r"albert.encoder.albert_layer_groups.\1.albert_layers.\2.full_layer_layer_norm.\3"),
-    (r"^bert/pooler/dense/(kernel|bias)$", r"albert.pooler.\1"),
-    (r"^cls/predictions/transform/dense/(kernel|bias)$", r"predictions.dense.\1"),
-    (r"^cls/predictions/transform/LayerNorm/(gamma|beta)$", r"predictions.LayerNorm.\1"),
-    (r"^cls/predictions/output_bias$", r"predictions.bias"),
-    (r"^cls/seq_relationship/output_weights$", r"sop_classifier.classifier.weight"),
-    (r"^cls/seq_relationship/output_bias$", r"sop_classifier.classifier.bias"),
-)
-_TF_SUFFIX = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias"}
-_TF_SKIP = re.compile(r"(adam_[mv]|global_step|lamb_[mv]|/Momentum)")
-
-# --------------------------------------------------------------------------- TF names
-def tf_to_hf_name(name: str) -> tuple[str, bool] | None:
-    """Original TF variable name -> (HF key, needs transpose); None for optimizer slots and counters."""
-    if _TF_SKIP.search(name):
-        return None
-    for pattern, repl in TF_RULES:
-        if re.match(pattern, name):
-            key = re.sub(pattern, repl, name)
-            head, _, last = key.rpartition(".")
-            if last in _TF_SUFFIX:
-                key = f"{head}.{_TF_SUFFIX[last]}"
-            # Dense kernels are [in, out]; the SOP output_weights are already [2, H] like torch.
-            return key, name.endswith("/kernel")
-    raise CheckpointError(f"unknown TF variable {name!r}: no rule in albertlm.hf.TF_RULES maps it")
-
-
-def tf_to_hf_state_dict(variables: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """{TF variable name: array} (e.g. from tf.train.load_checkpoint) -> an HF-layout state dict."""
-    out = {}
-    for name, value in variables.items():
-        mapped = tf_to_hf_name(name)
-        if mapped is None:
-            continue
-        key, transpose = mapped
-        t = torch.as_tensor(value)
-        out[key] = t.t().contiguous() if transpose else t
-    return out
-
 
 # --------------------------------------------------------------------------- reading
 def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -264,10 +208,9 @@ def save_state_dict(
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     config.save(d, architectures=[class_name])  # our class names are transformers' (heads.HEADS)
-    tmp = d / f".{WEIGHTS_SAFETENSORS}.tmp"
-    save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
-    os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates its file 0600; honour the umask like every other file
-    os.replace(tmp, d / WEIGHTS_SAFETENSORS)
+    with atomic_file(d / WEIGHTS_SAFETENSORS) as tmp:
+        save_file(ours_to_hf(config, state_dict), str(tmp), metadata={"format": "pt"})
+        os.chmod(tmp, 0o666 & ~_umask())  # safetensors makes its file 0600; honour the umask as all files do
     return d
 
 

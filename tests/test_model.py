@@ -7,7 +7,8 @@ import torch
 
 import albertlm
 from albertlm import AlbertConfig, group_index
-from albertlm.hf import CheckpointError, tf_to_hf_name, tf_to_hf_state_dict
+from albertlm.convert.names import tf_to_hf_name, tf_to_hf_state_dict
+from albertlm.hf import CheckpointError
 
 
 def tiny(**kw) -> AlbertConfig:

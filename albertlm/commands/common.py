@@ -12,6 +12,16 @@ from albertlm.errors import UserError
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
 
 
+def add_model_overrides(p: argparse.ArgumentParser, groups: bool = False) -> None:
+    """The model-shape shortcuts next to ``--set`` (init, pretrain): the sharing mode, E and (``groups``) G."""
+    from albertlm.config import SHARING_MODES
+
+    p.add_argument("--sharing", choices=SHARING_MODES, help="override the sharing mode")
+    p.add_argument("--embedding-size", type=flags.count, help="override E")
+    if groups:
+        p.add_argument("--num-hidden-groups", type=flags.count, help="override G")
+
+
 def add_user_data_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     from albertlm.commands.flags import add_flags
     from albertlm.tasks.generic import UserData

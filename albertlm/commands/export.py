@@ -13,33 +13,33 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.deploy.export import ExportSettings
+
     p = sub.add_parser("export", help="export a model to ONNX (every head; optional int8 for onnxruntime and OpenVINO)")
     p.add_argument("--model", required=True, help="HF-layout model directory (config.json + model.safetensors)")
     p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
     p.add_argument("--out", required=True, help="output directory (graph, config.json, tokenizer, deploy.json)")
-    p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (onnxruntime dynamic quantization)")
     p.add_argument("--calibration", metavar="FILE",
                    help="with --quantize int8: also write OpenVINO's static int8 (model.openvino-int8.xml, by NNCF; "
                         "--engine openvino then runs it), its activation ranges measured on FILE: inputs like "
                         "those the model will serve, one per line as `albertlm predict` reads them (the first "
                         "300 are used)")  # fmt: skip
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (>= 14 for the attention export)")
     p.add_argument("--tokenizer", help="tokenizer directory, when the model directory holds none")
-    p.add_argument("--graph", choices=["ort", "standard"], default="ort",
-                   help="ort: fused onnxruntime contrib ops (Attention, FastGelu, SkipLayerNormalization), "
-                        "fastest on onnxruntime (OpenVINO reads it too); standard: plain ONNX ops for other "
-                        "runtimes")  # fmt: skip
+    add_flags(p, ExportSettings)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from albertlm.deploy.export import export_onnx
+    from albertlm.commands.flags import build
+    from albertlm.deploy.export import DEFAULT_OPSET, MIN_OPSET, ExportSettings, export_onnx
     from albertlm.errors import UserError
 
-    if args.opset < 14:
-        raise UserError(f"--opset {args.opset} is too old; use 14 or newer (17 is the default)")
-    manifest = export_onnx(args.model, args.out, quantize=args.quantize, opset=args.opset,
-                           tokenizer_dir=args.tokenizer, graph=args.graph, calibration=args.calibration)  # fmt: skip
+    s = build(args, ExportSettings)
+    if s.opset < MIN_OPSET:
+        raise UserError(f"--opset {s.opset} is too old; use {MIN_OPSET} or newer ({DEFAULT_OPSET} is the default)")
+    manifest = export_onnx(args.model, args.out, quantize=s.quantize, opset=s.opset,
+                           tokenizer_dir=args.tokenizer, graph=s.graph, calibration=args.calibration)  # fmt: skip
     sizes = manifest["sizes_bytes"]
     line = f"fp32 {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
     if "int8" in sizes:

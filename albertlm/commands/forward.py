@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--preset", default="albert-base-v2", help="preset name (see `albertlm params`)")
     src.add_argument("--model", help="a model directory in the HF layout (config.json + weights)")
     p.add_argument("--batch-size", type=flags.count, default=2, help="sequences per batch")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
+    p.add_argument("--seq-len", type=flags.count, default=128, help="tokens per sequence")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed for the weights and the tokens")
     p.set_defaults(func=run)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from albertlm.commands import flags
+from albertlm.commands.common import add_model_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p.add_argument("--head", choices=[h.name for h in HEADS.values()], default="pretraining",
                    help="which model class (default: pretraining)")
-    p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
-    p.add_argument("--embedding-size", type=int, help="override E")
+    add_model_overrides(p)
     p.add_argument("--seed", type=flags.seed, default=0, help="initialisation seed")
     p.add_argument("--out", required=True, help="output directory (new, or empty: nothing is overwritten)")
     p.set_defaults(func=run)

@@ -22,6 +22,7 @@ DEMO = {"out": "runs/demo", "max_steps": DEMO_STEPS, "global_batch_size": DEMO_B
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from albertlm.commands.common import add_model_overrides
     from albertlm.commands.flags import add_flags
     from albertlm.training.pretrain import PretrainConfig
 
@@ -30,9 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid "
                    "checkpoint (settings from its run_config.json; writes only into --out)")
     add_flags(p, PretrainConfig)
-    p.add_argument("--sharing", choices=["all", "attention", "ffn", "none"], help="override the sharing mode")
-    p.add_argument("--embedding-size", type=int, help="override E")
-    p.add_argument("--num-hidden-groups", type=int, help="override G")
+    add_model_overrides(p, groups=True)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override any AlbertConfig field, e.g. --set hidden_size=256 --set num_hidden_layers=4")
     p.set_defaults(func=run)

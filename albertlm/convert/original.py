@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,44 +31,12 @@ from typing import Any
 import torch
 
 from albertlm.config import AlbertConfig
+from albertlm.convert.names import ZH_LAYER, map_name
 from albertlm.convert.tf_reader import TFCheckpoint, resolve_prefix
-from albertlm.errors import CheckpointError
-from albertlm.files import read_json, require_new_dir
+from albertlm.errors import ConversionError
+from albertlm.files import publish, read_json, require_new_dir, staging_dir
 from albertlm.heads import HEADS
-from albertlm.hf import tf_to_hf_name
 
-# Variables a training run adds beside the weights (optimizer slots, step and loss-scale counters).
-SKIP = re.compile(
-    r"(/adam_[mv]|/lamb_[mv]|/Momentum|/Adam(_\d+)?|/Adagrad|/RMSProp(_\d+)?|/ExponentialMovingAverage)$"
-    r"|^(global_step|beta[12]_power|current_loss_scale|good_steps)$"
-)
-# Fine-tuning heads of the original repositories: run_classifier (classifier_utils), run_squad_v1 and
-# run_squad_v2 (squad_utils). (pattern, our key, transpose: dense kernels are [in, out]).
-TF_HEAD_RULES = (
-    (r"^output_weights$", "classifier.weight", False),
-    (r"^output_bias$", "classifier.bias", False),
-    (r"^cls/squad/output_weights$", "qa_outputs.weight", False),
-    (r"^cls/squad/output_bias$", "qa_outputs.bias", False),
-    (r"^start_logits/dense/(kernel|bias)$", r"start_logits.\1", True),
-    (r"^end_logits/dense_0/(kernel|bias)$", r"end_dense.\1", True),
-    (r"^end_logits/LayerNorm/(gamma|beta)$", r"end_LayerNorm.\1", False),
-    (r"^end_logits/dense_1/(kernel|bias)$", r"end_logits.\1", True),
-    (r"^answer_class/dense_0/(kernel|bias)$", r"answer_dense.\1", True),
-    (r"^answer_class/dense_1/kernel$", "answer_logits.kernel", True),
-)
-# brightmart/albert_zh modeling.py: (pattern over the part after the layer scope, our key in the block)
-_ZH_LAYER = re.compile(r"^bert/encoder/(layer_shared|layer_(\d+))/(.+)/(kernel|bias|gamma|beta)$")
-_ZH_BLOCK = {
-    "attention/self/query": "attention.query",
-    "attention/self/key": "attention.key",
-    "attention/self/value": "attention.value",
-    "attention/output/dense": "attention.dense",
-    "attention/output/LayerNorm": "attention.LayerNorm",  # the pre-attention LayerNorm with ln_type preln
-    "intermediate/dense": "ffn",
-    "output/dense": "ffn_output",
-    "output/LayerNorm": "full_layer_layer_norm",  # the pre-FFN LayerNorm with ln_type preln
-}
-_SUFFIX = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias"}
 # AlbertConfig defaults of each original (what their from_dict leaves when a key is absent).
 _GOOGLE_DEFAULTS = dict(embedding_size=128, hidden_size=4096, num_hidden_layers=12, num_hidden_groups=1,
                         num_attention_heads=64, intermediate_size=16384, inner_group_num=1, hidden_act="gelu",
@@ -81,10 +48,6 @@ _ZH_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=1
 # The original get_activation: "gelu" is its tanh approximation, which HF (and albertlm) call gelu_new.
 ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh"}
 COMPAT_KEY, COMPAT_ORIGINAL = "albertlm_compat", "original"  # tokenizer_config.json: encodes as the original
-
-
-class ConversionError(CheckpointError):
-    """A checkpoint / config / vocabulary that cannot be converted: one line naming the variable or file."""
 
 
 @dataclass
@@ -128,7 +91,7 @@ def detect_structure(names: list[str], source: str) -> str:
         )
     if any(n.startswith("bert/encoder/transformer/") for n in names):
         return "google"
-    if any(_ZH_LAYER.match(n) for n in names) or "bert/embeddings/word_embeddings_2" in names:
+    if any(ZH_LAYER.match(n) for n in names) or "bert/embeddings/word_embeddings_2" in names:
         return "albert_zh"
     raise ConversionError(
         f"{source}: no ALBERT encoder variables (bert/encoder/transformer/group_* or bert/encoder/layer_shared/*); "
@@ -191,7 +154,7 @@ def map_config(d: dict[str, Any], structure: str, names: list[str], source: str)
                 "layer_shared), whose modeling.py needs ln_type \"postln\" (its tiny/base/large/xlarge) or "
                 "\"preln\" (its xxlarge): use the albert_config.json released with the checkpoint"
             )
-        per_layer = sorted({int(m.group(2)) for n in names if (m := _ZH_LAYER.match(n)) and m.group(2)})
+        per_layer = sorted({int(m.group(2)) for n in names if (m := ZH_LAYER.match(n)) and m.group(2)})
         structure_kw = dict(num_hidden_groups=L if per_layer else 1, inner_group_num=1, project_embeddings=True,
                             embedding_projection_before_position=True,
                             layer_norm_position="pre" if ln == "preln" else "post")
@@ -209,48 +172,6 @@ def map_config(d: dict[str, Any], structure: str, names: list[str], source: str)
         )
     except (TypeError, ValueError) as e:
         raise ConversionError(f"{source}: {e}") from None
-
-
-# ----------------------------------------------------------------------------- names
-def map_name(name: str, structure: str, renumber: dict[int, int]) -> tuple[str, bool] | None:
-    """Original variable -> (our HF-layout key, transpose); None for optimizer state; KeyError if unknown."""
-    if SKIP.search(name):
-        return None
-    for pattern, key, transposed in TF_HEAD_RULES:
-        if re.match(pattern, name):
-            head, _, last = re.sub(pattern, key, name).rpartition(".")
-            return f"{head}.{_SUFFIX.get(last, last)}", transposed and name.endswith("/kernel")
-    if structure == "google":
-        m = re.match(r"^(bert/encoder/transformer/group_)(\d+)(/.*)$", name)
-        if m:
-            g = int(m.group(2))
-            if g not in renumber:
-                raise ConversionError(
-                    f"variable {name} belongs to group {g}, but the config's num_hidden_layers / num_hidden_groups "
-                    f"run only groups {sorted(renumber)}; use the albert_config.json released with this checkpoint"
-                )
-            name = f"{m.group(1)}{renumber[g]}{m.group(3)}"
-        try:
-            mapped = tf_to_hf_name(name)
-        except ValueError:
-            raise KeyError(f"{name} has no Google-structure counterpart") from None
-        return mapped
-    if name == "bert/embeddings/word_embeddings_2":
-        return "albert.embeddings.word_projection.weight", True  # [E, H] -> torch (H, E)
-    m = _ZH_LAYER.match(name)
-    if m:
-        block = _ZH_BLOCK.get(m.group(3))
-        if block is None:
-            raise KeyError(f"{name} is not a variable of brightmart's transformer block")
-        group = int(m.group(2)) if m.group(2) else 0
-        return (f"albert.encoder.albert_layer_groups.{group}.albert_layers.0.{block}.{_SUFFIX[m.group(4)]}",
-                m.group(4) == "kernel")
-    if name.startswith("bert/encoder/transformer/"):
-        raise KeyError(f"{name} is Google-structure, but the checkpoint also holds albert_zh variables")
-    try:
-        return tf_to_hf_name(name)  # embeddings, pooler and pretraining heads are named as in Google's
-    except ValueError:
-        raise KeyError(f"{name} has no albert_zh-structure counterpart") from None
 
 
 def architecture_for(keys: set[str]) -> str:
@@ -391,9 +312,7 @@ def _tokenizer(vocab: str | Path | None, folder: Path, lowercase: bool, cfg: Alb
 def _write(model: torch.nn.Module, tok: Any, out: Path) -> None:
     """Everything into a temporary directory beside ``out``, renamed into place once complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.convert-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # our own leftover from a crashed run of this process id
+    tmp = staging_dir(out.parent, f".{out.name}.convert-{os.getpid()}")  # a leftover of this process id: ours
     try:
         model.save_pretrained(tmp)
         if tok is not None:
@@ -402,7 +321,7 @@ def _write(model: torch.nn.Module, tok: Any, out: Path) -> None:
             cfg = json.loads(path.read_text(encoding="utf-8"))
             cfg[COMPAT_KEY] = COMPAT_ORIGINAL  # ids follow the original release's tokenization
             path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, out)  # replaces only an empty directory
+        publish(tmp, out)  # replaces only an empty directory
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -44,8 +44,7 @@ from albertlm.data.instances import (
     plan_instances,
 )
 from albertlm.errors import DataError, UserError
-from albertlm.files import fsync_dir, refuse_model_dir, write_text_atomic
-from albertlm.training.checkpoint import sha256
+from albertlm.files import publish, refuse_model_dir, sha256, staging_dir
 
 _log = logging.getLogger(__name__)
 
@@ -283,19 +282,7 @@ def build_dataset(
     t0 = time.time()
     files = resolve_inputs(inputs, exclude)
     skipped: Counter = Counter()
-    units: list[_Unit] = []
-    for p in files:
-        if p.stat().st_size == 0:
-            skipped["empty_files"] += 1
-            _log.warning("skipping empty file %s", p)
-            continue
-        if looks_binary(p):
-            skipped["binary_files"] += 1
-            _log.warning("skipping binary file %s", p)
-            continue
-        fmt = detect_format(p) if input_format == "auto" else input_format
-        for s, e in chunk_boundaries(p, fmt, chunk_bytes):
-            units.append(_Unit(len(units), str(p), fmt, s, e))
+    units = _plan(files, input_format, chunk_bytes, skipped)
     if not units:
         raise UserError(_no_text(files, skipped))
     if whole_word_zh is None:
@@ -306,9 +293,7 @@ def build_dataset(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     build_id = uuid.uuid4().hex[:12]
-    tmp = out / f".tmp-{build_id}"
-    tmp.mkdir()
-    (tmp / BUILD_MARK).write_text("")  # empty: a build is a pure function of its inputs, byte for byte
+    tmp = staging_dir(out, f".tmp-{build_id}", mark=BUILD_MARK)  # an empty mark: builds are byte-for-byte pure
     word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
     ws_meta = _BinWriter(tmp / "word_start.bin", np.uint8)
     ws_meta.write(word_start)
@@ -326,42 +311,92 @@ def build_dataset(
         word_start=word_start,
         special=SpecialIds(info["cls_id"], info["sep_id"], info["mask_id"], info["vocab_size"]),
     )
-    results: dict[int, tuple[dict, dict]] = {}
-    total = sum(u.end - u.start for u in units)
     try:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="data build", disable=not progress)
-
-        def tokenized(result: tuple[int, dict, dict]) -> None:
-            idx, fl, st = result
-            results[idx] = (fl, st)
-            bar.update(units[idx].end - units[idx].start)
-
-        # fork: workers inherit the tokenizer and settings; each unit is one task, in any order
-        _run(_build_unit, units, workers, tokenized)
-        bar.close()
+        results = _tokenize(units, workers, progress)
         if mode == "static":
-            _JOB["scratch"] = [results[u.index][0] for u in units]
-            bar = tqdm(total=len(units), unit="shard", desc="masking", disable=not progress)
-
-            def masked(result: tuple[int, dict, dict]) -> None:
-                idx, fl, st = result
-                counts = Counter(results[idx][1])
-                counts.update(st)
-                results[idx] = (fl, dict(counts))
-                bar.update(1)
-
-            _run(_write_static, [u.index for u in units], workers, masked)
-            bar.close()
-            for i, fl in enumerate(_JOB["scratch"]):  # the token arrays were scratch space
-                for k in fl:
-                    os.unlink(tmp / f"{i:05d}.{k}.bin")
+            _mask(units, results, workers, progress, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         _JOB.clear()
+    shards, stats = _shard_records(units, results, skipped)
+    if not stats["tokens"]:  # only blank lines or markup: nothing to train on, so nothing is published
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            out.rmdir()
+        raise UserError(_no_text(files, skipped))
+    settings = {**cfg.to_dict(), "dupe_factor": dupe_factor, "whole_word_zh": whole_word_zh, "seed": seed,
+                "input_format": input_format, "chunk_bytes": chunk_bytes}  # fmt: skip
+    manifest = _manifest(mode, build_id, tdt, info, ws_meta, settings, files, stats, shards, time.time() - t0)
+    _publish(out, tmp, manifest)
+    return manifest
+
+
+def _plan(files: list[Path], input_format: str, chunk_bytes: int, skipped: Counter) -> list[_Unit]:
+    """The units of work: each input file cut at line boundaries into chunks of about ``chunk_bytes``;
+    empty and binary files are counted in ``skipped`` (and named in a warning) instead."""
+    units: list[_Unit] = []
+    for p in files:
+        if p.stat().st_size == 0:
+            skipped["empty_files"] += 1
+            _log.warning("skipping empty file %s", p)
+            continue
+        if looks_binary(p):
+            skipped["binary_files"] += 1
+            _log.warning("skipping binary file %s", p)
+            continue
+        fmt = detect_format(p) if input_format == "auto" else input_format
+        for s, e in chunk_boundaries(p, fmt, chunk_bytes):
+            units.append(_Unit(len(units), str(p), fmt, s, e))
+    return units
+
+
+def _tokenize(units: list[_Unit], workers: int, progress: bool) -> dict[int, tuple[dict, dict]]:
+    """Every unit tokenized into the staging folder (``_JOB`` holds the settings): {unit: (files, counts)}."""
+    from tqdm import tqdm
+
+    results: dict[int, tuple[dict, dict]] = {}
+    total = sum(u.end - u.start for u in units)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="data build", disable=not progress)
+
+    def tokenized(result: tuple[int, dict, dict]) -> None:
+        idx, fl, st = result
+        results[idx] = (fl, st)
+        bar.update(units[idx].end - units[idx].start)
+
+    # fork: workers inherit the tokenizer and settings; each unit is one task, in any order
+    _run(_build_unit, units, workers, tokenized)
+    bar.close()
+    return results
+
+
+def _mask(units: list[_Unit], results: dict[int, tuple[dict, dict]], workers: int, progress: bool,
+          tmp: Path) -> None:  # fmt: skip
+    """Static mode: each unit's token arrays -> its masked instances (``results`` updated in place); the
+    token arrays were scratch space and go."""
+    from tqdm import tqdm
+
+    _JOB["scratch"] = [results[u.index][0] for u in units]
+    bar = tqdm(total=len(units), unit="shard", desc="masking", disable=not progress)
+
+    def masked(result: tuple[int, dict, dict]) -> None:
+        idx, fl, st = result
+        counts = Counter(results[idx][1])
+        counts.update(st)
+        results[idx] = (fl, dict(counts))
+        bar.update(1)
+
+    _run(_write_static, [u.index for u in units], workers, masked)
+    bar.close()
+    for i, fl in enumerate(_JOB["scratch"]):
+        for k in fl:
+            os.unlink(tmp / f"{i:05d}.{k}.bin")
+
+
+def _shard_records(units: list[_Unit], results: dict[int, tuple[dict, dict]],
+                   skipped: Counter) -> tuple[list[dict], Counter]:  # fmt: skip
+    """The manifest's shard entries, in unit order, and the build's counts (what was skipped included)."""
     stats = Counter(skipped)
     shards = []
     for u in units:
@@ -370,13 +405,12 @@ def build_dataset(
         shards.append({"source": u.path, "start": u.start, "end": u.end, "format": u.fmt, "files": fl, "counts": st})
     stats["tokens"] = sum(s["counts"].get("tokens", 0) for s in shards)
     stats["bytes_written"] = sum(f["bytes"] for s in shards for f in s["files"].values())
-    if not stats["tokens"]:  # only blank lines or markup: nothing to train on, so nothing is published
-        shutil.rmtree(tmp, ignore_errors=True)
-        if created:
-            out.rmdir()
-        raise UserError(_no_text(files, skipped))
-    fsync_dir(tmp)
-    manifest = {
+    return shards, stats
+
+
+def _manifest(mode: str, build_id: str, tdt: np.dtype, info: dict, ws_meta: dict, settings: dict,
+              files: list[Path], stats: Counter, shards: list[dict], seconds: float) -> dict:  # fmt: skip
+    return {
         "format": FORMAT,
         "version": VERSION,
         "complete": True,
@@ -386,30 +420,22 @@ def build_dataset(
         "token_dtype": tdt.str,
         "tokenizer": info,
         "word_start": ws_meta,
-        "settings": {
-            **cfg.to_dict(),
-            "dupe_factor": dupe_factor,
-            "whole_word_zh": whole_word_zh,
-            "seed": seed,
-            "input_format": input_format,
-            "chunk_bytes": chunk_bytes,
-        },
+        "settings": settings,
         "inputs": [str(p) for p in files],
         "counts": dict(sorted(stats.items())),
         "shards": shards,
-        "seconds": round(time.time() - t0, 3),
+        "seconds": round(seconds, 3),
     }
-    # swap in: drop the old manifest first, so a crash from here on leaves no readable half-state
+
+
+def _publish(out: Path, tmp: Path, manifest: dict) -> None:
+    """Swap the staged build in: the old manifest goes first, so a crash from here on leaves no readable
+    half-state; the shards are renamed into place, the manifest written last; earlier builds go after."""
     old = [p for p in _previous_builds(out) if p != tmp]
-    if (out / MANIFEST).exists():
-        os.unlink(out / MANIFEST)
-        fsync_dir(out)
-    os.rename(tmp, out / manifest["shard_dir"])
-    fsync_dir(out)
-    write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), durable=True)
+    publish(tmp, out / manifest["shard_dir"], manifest=out / MANIFEST,
+            text=json.dumps(manifest, indent=1, sort_keys=True))  # fmt: skip
     for p in old:
         _remove_build(p)
-    return manifest
 
 
 def _no_text(files: list[Path], skipped: Counter) -> str:

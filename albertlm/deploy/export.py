@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import uuid
 import warnings
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,8 @@ from albertlm.deploy.inference import (
 )
 from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
 from albertlm.errors import DataError, UserError
+from albertlm.files import publish, sha256, staging_dir
 from albertlm.heads import HEADS
-from albertlm.training.checkpoint import sha256
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 OPENVINO_INT8_FILE = "model.openvino-int8.xml"  # + .bin: NNCF's static int8, for --engine openvino
@@ -79,6 +79,21 @@ QUANT_OP_TYPES = ("MatMul", "Gemm", "Gather", "Attention")
 # "standard" keeps plain ONNX ops, for runtimes other than onnxruntime. (OpenVINO converts those contrib ops,
 # so `--engine openvino` runs either graph's fp32 file.)
 GRAPHS = ("ort", "standard")
+MIN_OPSET = 14  # the attention export's ops
+QUANTIZE = ("int8",)
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """How ``albertlm export`` writes a model (the command's flags are these fields; see ``export_onnx``)."""
+
+    opset: int = field(default=DEFAULT_OPSET, metadata={"help": f"ONNX opset (>= {MIN_OPSET} for the attention "
+                                                               "export)"})  # fmt: skip
+    graph: str = field(default="ort", metadata={"choices": GRAPHS, "help": (
+        "ort: fused onnxruntime contrib ops (Attention, FastGelu, SkipLayerNormalization), fastest on "
+        "onnxruntime (OpenVINO reads it too); standard: plain ONNX ops for other runtimes")})  # fmt: skip
+    quantize: str | None = field(default=None, metadata={"choices": QUANTIZE, "help": (
+        "also write model.int8.onnx (onnxruntime dynamic quantization)")})  # fmt: skip
 
 
 class _Exportable(nn.Module):
@@ -160,15 +175,7 @@ def export_onnx(
     onnx = require("onnx")
     require("onnxruntime")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if quantize not in (None, "int8"):
-        raise UserError(f"--quantize {quantize!r} is not supported; use int8 or leave it out")
-    if graph not in GRAPHS:
-        raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
-    if calibration is not None and quantize != "int8":
-        raise UserError("--calibration calibrates int8: add --quantize int8")
-    if any((out_dir / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
-        raise UserError(f"--out {out_dir} holds a torch model; an export writes its own config.json and tokenizer, "
-                        "so it gets a folder of its own: choose another --out")
+    _check_request(out_dir, quantize, graph, calibration)
     arch = architecture_of(model_dir)
     tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
     # read before anything is written: a bad calibration file ends the export with nothing half-made
@@ -245,15 +252,27 @@ def export_onnx(
         return manifest
 
 
+
+def _check_request(out_dir: Path, quantize: str | None, graph: str, calibration: str | Path | None) -> None:
+    """Refuse, before anything loads, what an export cannot do."""
+    if quantize not in (None, "int8"):
+        raise UserError(f"--quantize {quantize!r} is not supported; use int8 or leave it out")
+    if graph not in GRAPHS:
+        raise UserError(f"--graph {graph!r} is not one of {', '.join(GRAPHS)}")
+    if calibration is not None and quantize != "int8":
+        raise UserError("--calibration calibrates int8: add --quantize int8")
+    if any((out_dir / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
+        raise UserError(f"--out {out_dir} holds a torch model; an export writes its own config.json and tokenizer, "
+                        "so it gets a folder of its own: choose another --out")
+
+
 @contextlib.contextmanager
 def _staging(out: Path):
     """(a fresh temp folder inside ``out``, ``out``); the temp folder is removed however the export ends."""
     for stale in out.glob(".export-*.tmp"):  # left by an export that was killed
         if (stale / EXPORT_MARK).is_file():
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = out / f".export-{uuid.uuid4().hex[:12]}.tmp"
-    tmp.mkdir()
-    (tmp / EXPORT_MARK).write_text("")
+    tmp = staging_dir(out, f".export-{uuid.uuid4().hex[:12]}.tmp", mark=EXPORT_MARK)
     try:
         yield tmp, out
     finally:
@@ -270,16 +289,10 @@ def _swap_in(tmp: Path, out: Path, written: list[str], manifest: dict[str, Any])
     except (OSError, ValueError, AttributeError):
         pass
     (out / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in written:
-        os.replace(tmp / name, out / name)
     for name in old_files - set(written) - {MANIFEST_FILE}:
         if "/" not in name and (out / name).is_file():
             (out / name).unlink()
-    staged = tmp / MANIFEST_FILE
-    staged.write_text(json.dumps(manifest, indent=2) + "\n")
-    with open(staged, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(staged, out / MANIFEST_FILE)
+    publish(tmp, out, names=written, manifest=out / MANIFEST_FILE, text=json.dumps(manifest, indent=2) + "\n")
 
 
 def _copy_tokenizer(src: Path, out_dir: Path) -> bool:

@@ -366,7 +366,7 @@ def cpu_has_bf16(core: Any) -> bool:
 
 def _verify_export(directory: Path, manifest: dict) -> None:
     """Every file deploy.json lists has its recorded sha256 (exports before checksums are taken as they are)."""
-    from albertlm.training.checkpoint import sha256
+    from albertlm.files import sha256
 
     sums = manifest.get("sha256", {})
     if not isinstance(sums, dict):

@@ -1,5 +1,5 @@
 """Training checkpoints: atomic, checksummed, keep-last-N, enough state for a bitwise-exact resume; the
-training loop asks ``save_training_state`` / ``load_training_state`` for them.
+training run hands its ``state_dict()`` to ``save_training_state`` and takes ``load_training_state``'s back.
 
 Layout of ``RUN/checkpoints/step_00001200/``:
     config.json, model.safetensors   the model in the HF layout (``transformers`` loads it as is)
@@ -24,10 +24,8 @@ record existed own the folders named ``step_<digits>`` that hold a ``checksums.j
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import random
 import re
 import shutil
@@ -38,8 +36,8 @@ import numpy as np
 import torch
 
 from albertlm.errors import CheckpointCorrupt, TrainingError
-from albertlm.files import write_text_atomic
-from albertlm.training.distributed import print0
+from albertlm.files import publish, sha256, staging_dir, write_text_atomic
+from albertlm.training.distributed import DistInfo
 
 _log = logging.getLogger(__name__)
 
@@ -81,14 +79,6 @@ def record(root: Path, names: set[str]) -> None:
     write_text_atomic(root / WRITTEN, json.dumps({"written": sorted(names)}, indent=1) + "\n", durable=True)
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -121,19 +111,11 @@ def _np_state_to_json(s: tuple) -> list:
 
 def prepare(root: Path, step: int) -> Path:
     """Create (fresh) the temp folder for ``step``; called by rank 0 before the ranks write into it."""
-    tmp = root / f".step_{step:08d}.tmp"
     final = step_dir(root, step)
     if final.exists() and final.name not in written(root):
         raise TrainingError(f"{final} exists but no run wrote it (it is not in {root / WRITTEN}); move it out of "
                             f"{root}, it would be replaced by this run's checkpoint")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def write_rank_rng(tmp: Path, rank: int) -> None:
-    torch.save(rng_state(), tmp / f"rng_rank{rank}.pt")
+    return staging_dir(root, f".step_{step:08d}.tmp")
 
 
 def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
@@ -141,21 +123,9 @@ def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last:
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     sums = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
-    for p in tmp.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-    final = step_dir(root, step)
-    owned = written(root)
-    if final.exists():  # prepare refused one this run does not own
-        shutil.rmtree(final)
-    owned.add(final.name)
+    owned = written(root) | {step_dir(root, step).name}
     record(root, owned)  # before the rename: a crash in between leaves a recorded name without a folder, harmless
-    os.replace(tmp, final)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    final = publish(tmp, step_dir(root, step), replace=True)  # prepare refused a folder this run does not own
     if keep_last > 0:
         upto = [p for p in list_checkpoints(root) if p.name <= final.name and p.name in owned]
         for old in upto[:-keep_last]:
@@ -231,82 +201,54 @@ def load_tensors(path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------- a training run's state
-def load_training_state(run: Any) -> bool:
-    """Restore a ``train.Run`` (model, optimizer, scheduler, scaler, counters, data position and every RNG)
-    from the newest checkpoint that verifies under ``run.ckpt_root``; False when there is none."""
+# The parts of a run's state_dict() written as tensors (the rest is state.json); "rng" is each rank's own.
+TENSOR_STATE = ("model", "model_config", "architecture", "optimizer", "scheduler", "scaler", "rng")
+
+
+def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[str, Any] | None:
+    """The newest checkpoint under ``root`` that verifies and belongs to run ``run_id``, as the state a
+    run's ``load_state_dict`` takes (``model`` in the HF layout it was saved in, ``path`` where it was read;
+    ``rng`` this rank's, None if the checkpoint has no file for it); None when there is none."""
     def warn(message: str) -> None:
-        if run.info.is_main:
+        if info.is_main:
             _log.warning(message)
 
-    for path in valid_checkpoints(run.ckpt_root, log=warn):
-        state = _read_state(path, getattr(run, "run_id", None), warn)
+    for path in valid_checkpoints(root, log=warn):
+        state = _read_state(path, run_id, warn)
         if state is not None:
             break
     else:
-        return False
-    from albertlm.hf import hf_to_ours, load_into, read_state_dict
+        return None
+    from albertlm.hf import read_state_dict
 
-    if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
-            run.info.world_size, run.cfg.global_batch_size, run.cfg.fsdp):
-        raise TrainingError(f"{path} was written by {state['world_size']} processes, global batch "
-                            f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
-                            "resume with the same settings")
     opt = load_tensors(path / "optimizer.pt")
-    if run.cfg.fsdp and run.info.enabled:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    rng_file = path / f"rng_rank{info.rank}.pt"
+    return {**state, "path": path, "model": read_state_dict(path), "optimizer": opt["optimizer"],
+            "scheduler": opt["scheduler"], "scaler": opt.get("scaler"),
+            "rng": load_tensors(rng_file) if rng_file.is_file() else None}  # fmt: skip
 
-        model_sd = hf_to_ours(read_state_dict(path), run.model)
-        set_state_dict(run.wrapped, run.optimizer, model_state_dict=model_sd,
-                       optim_state_dict=opt["optimizer"], options=StateDictOptions(full_state_dict=True))
-    else:
-        load_into(run.model, read_state_dict(path), source=str(path))
-        run.optimizer.load_state_dict(opt["optimizer"])
-    run.scheduler.load_state_dict(opt["scheduler"])
-    if "scaler" in opt:
-        run.scaler.load_state_dict(opt["scaler"])
-    run.step, run.nonfinite, run.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
-    run.batches.epoch, run.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
-    set_host_rng_state(state["host_rng"])
-    rng_file = path / f"rng_rank{run.info.rank}.pt"
-    set_rng_state(load_tensors(rng_file))
-    print0(run.info, f"resumed from {path} at step {run.step}")
-    return True
 
-def save_training_state(run: Any) -> Path | None:
-    """Write a checkpoint of ``run`` at its current step (every rank calls this; rank 0 writes the model)."""
-    info = run.info
+def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_last: int) -> Path | None:
+    """Write ``state`` (a run's ``state_dict()``) as the checkpoint of its step; every rank calls this (each
+    writes its own RNG state), rank 0 writes the rest."""
     if info.enabled:
         torch.distributed.barrier()
-    tmp = run.ckpt_root / f".step_{run.step:08d}.tmp"
+    step = state["step"]
+    tmp = root / f".step_{step:08d}.tmp"
     if info.is_main:
-        tmp = prepare(run.ckpt_root, run.step)
+        tmp = prepare(root, step)
     if info.enabled:
         torch.distributed.barrier()
-    write_rank_rng(tmp, info.rank)
-    model_sd, opt_sd = full_state(run)
+    torch.save(state["rng"], tmp / f"rng_rank{info.rank}.pt")
     path = None
     if info.is_main:
         from albertlm.hf import save_state_dict
-        from albertlm.training.rundir import settings_json
 
-        save_state_dict(run.config, "AlbertForPreTraining", model_sd, tmp)
-        extra = {"scaler": run.scaler.state_dict()} if run.scaler.is_enabled() else {}
-        torch.save({"optimizer": opt_sd, "scheduler": run.scheduler.state_dict(), **extra}, tmp / "optimizer.pt")
-        state = {"step": run.step, "epoch": run.batches.epoch, "step_in_epoch": run.batches.step_in_epoch,
-                 "nonfinite": run.nonfinite, "tokens_seen": run.tokens_seen,
-                 "world_size": info.world_size, "global_batch_size": run.cfg.global_batch_size,
-                 "host_rng": host_rng_state(), "config": settings_json(run.cfg, run.out),
-                 "run_id": getattr(run, "run_id", None)}
-        path = finalize(run.ckpt_root, tmp, run.step, state, run.cfg.keep_last)
+        save_state_dict(state["model_config"], state["architecture"], state["model"], tmp)
+        extra = {"scaler": state["scaler"]} if state["scaler"] is not None else {}
+        torch.save({"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra}, tmp / "optimizer.pt")
+        meta = {k: v for k, v in state.items() if k not in TENSOR_STATE}
+        path = finalize(root, tmp, step, meta, keep_last)
     if info.enabled:
         torch.distributed.barrier()
     return path
-
-def full_state(run: Any) -> tuple[dict, dict]:
-    """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
-    if run.cfg.fsdp and run.info.enabled:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_state_dict(run.wrapped, run.optimizer, options=opts)
-    return run.model.state_dict(), run.optimizer.state_dict()

@@ -372,7 +372,19 @@ def train(
             if step == total:
                 break
     bar.close()
-    train_s = time.time() - t0
+    result = best["metrics"]
+    final = _summary(task, model_arg, data, s, model, feats, total, per_epoch, warmup, precision, time.time() - t0,
+                     losses, best, chosen)  # fmt: skip
+    text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
+    write_text_atomic(out / "metrics.json", text + "\n")
+    return final
+
+
+def _summary(task: Task, model_arg: str, data: Data, s: Settings, model: torch.nn.Module, feats: list, total: int,
+             per_epoch: int, warmup: int, precision: str, train_s: float, losses: list[float], best: dict,
+             chosen: dict) -> dict:  # fmt: skip
+    """What a fine-tuning run reports (and writes as metrics.json): the data, the settings that ran, the
+    time, and the kept model's step and metrics."""
     result = best["metrics"]
     final = {
         "task": task.name,
@@ -401,8 +413,6 @@ def train(
         final["auto_defaults"] = {k: why for k, (_, why) in chosen.items()}
     if data.label_counts:
         final["train_label_counts"] = data.label_counts
-    text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
-    write_text_atomic(out / "metrics.json", text + "\n")
     return final
 
 

@@ -357,10 +357,69 @@ class Run:
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint's state into this run; False when there is none."""
-        return ckpt.load_training_state(self)
+        state = ckpt.load_training_state(self.ckpt_root, self.info, self.run_id)
+        if state is None:
+            return False
+        self.load_state_dict(state)
+        print0(self.info, f"resumed from {state['path']} at step {self.step}")
+        return True
 
     def save(self) -> Path | None:
-        return ckpt.save_training_state(self)
+        return ckpt.save_training_state(self.ckpt_root, self.state_dict(), self.info, self.cfg.keep_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a bitwise-exact resume needs: the full model and optimizer state (under FSDP a
+        collective, complete on rank 0), scheduler, grad scaler, counters, data position, this rank's and the
+        host's RNG state, and the settings it ran with."""
+        from albertlm.training.rundir import settings_json
+
+        cfg, info = self.cfg, self.info
+        model_sd, opt_sd = self.full_state()
+        return {"model": model_sd, "model_config": self.config, "architecture": type(self.model).__name__,
+                "optimizer": opt_sd, "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
+                "step": self.step, "epoch": self.batches.epoch, "step_in_epoch": self.batches.step_in_epoch,
+                "nonfinite": self.nonfinite, "tokens_seen": self.tokens_seen,
+                "world_size": info.world_size, "global_batch_size": cfg.global_batch_size,
+                "host_rng": ckpt.host_rng_state(), "config": settings_json(cfg, self.out),
+                "run_id": self.run_id}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` (or ``checkpoint.load_training_state``) gives; the model weights in our
+        layout or the HF one. A checkpoint of other distribution settings is refused before anything loads."""
+        from albertlm.hf import hf_to_ours, load_into
+
+        cfg, info = self.cfg, self.info
+        where = state.get("path", "the checkpoint")
+        if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
+                info.world_size, cfg.global_batch_size, cfg.fsdp):
+            raise TrainingError(f"{where} was written by {state['world_size']} processes, global batch "
+                                f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
+                                "resume with the same settings")
+        if cfg.fsdp and info.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(self.wrapped, self.optimizer, model_state_dict=hf_to_ours(state["model"], self.model),
+                           optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            load_into(self.model, state["model"], source=str(where))
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.nonfinite, self.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
+        self.batches.epoch, self.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
+        ckpt.set_host_rng_state(state["host_rng"])
+        ckpt.set_rng_state(state["rng"])
+
+    def full_state(self) -> tuple[dict, dict]:
+        """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
+        if self.cfg.fsdp and self.info.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_state_dict(self.wrapped, self.optimizer, options=opts)
+        return self.model.state_dict(), self.optimizer.state_dict()
 
     # -------------------------------------------------------------- loop
     def train(self) -> dict[str, Any]:
@@ -408,7 +467,7 @@ class Run:
                                 "gradient), so the model did not train; final/ was not written. Lower --lr, use "
                                 "--precision fp32 or bf16, or check the data")
         final = self.out / "final"
-        model_sd, _ = ckpt.full_state(self)  # a collective under FSDP: every rank takes part
+        model_sd, _ = self.full_state()  # a collective under FSDP: every rank takes part
         if info.is_main:
             from albertlm.hf import save_state_dict
 
