@@ -555,6 +555,17 @@ def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
+def _guard(app: Any, allowed_hosts: list[str] | None, cors_origins: list[str] | None) -> None:
+    """The Host check (outermost: before CORS answers anything) and, when asked, the CORS grant."""
+    if cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["content-type", "content-encoding"])  # fmt: skip
+    if allowed_hosts is not None:
+        app.add_middleware(_HostCheck, allowed=list(allowed_hosts))
+
+
 def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20,
                batching: BatchSettings | None = None, allowed_hosts: list[str] | None = None,
                cors_origins: list[str] | None = None) -> Any:  # fmt: skip
@@ -575,13 +586,7 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     service = Service(predictor, max_items, max_request_bytes, batching)
     app = fastapi.FastAPI(title="albertlm", docs_url=None, redoc_url=None)
     app.state.service = service
-    if cors_origins:
-        from fastapi.middleware.cors import CORSMiddleware
-
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["content-type", "content-encoding"])  # fmt: skip
-    if allowed_hosts is not None:
-        app.add_middleware(_HostCheck, allowed=list(allowed_hosts))  # outermost: before CORS answers anything
+    _guard(app, allowed_hosts, cors_origins)
     schemas = service.schemas
     routes = {"/v1/predict": "predict"}
     if predictor.kind.endpoint:  # the head's shortcut: /v1/classify, /v1/tag or /v1/answer
