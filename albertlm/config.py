@@ -209,6 +209,18 @@ class AlbertConfig:
             0 <= self.pad_token_id < self.vocab_size,
             f"pad_token_id {self.pad_token_id} outside the vocabulary [0, {self.vocab_size})",
         )
+        # NaN passes no comparison, so each check below refuses it too: a model with one computes NaN everywhere
+        need(0 < self.layer_norm_eps < float("inf"),
+             f"layer_norm_eps must be a positive finite number (1e-12 in ALBERT), got {self.layer_norm_eps}")
+        need(0 <= self.initializer_range < float("inf"),
+             f"initializer_range must be a finite number >= 0 (0.02 in ALBERT), got {self.initializer_range}")
+        if self.id2label is not None:
+            n = len(self.id2label)
+            need(n > 0, "id2label is empty; give one name per label id, or drop it")
+            need(set(self.id2label) == set(range(n)),
+                 f"id2label must number its labels 0..{n - 1} without gaps, got ids {sorted(self.id2label)[:8]}")
+            dup = sorted({v for v in self.id2label.values() if list(self.id2label.values()).count(v) > 1})
+            need(not dup, f"id2label names {dup[:4]} more than once; give every label id its own name")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -278,16 +290,21 @@ class AlbertConfig:
         kwargs = {k: d.pop(k) for k in list(d) if k in known}
         if "albertlm_num_hidden_groups" in d:
             kwargs["num_hidden_groups"] = d.pop("albertlm_num_hidden_groups")
-        d.pop("label2id", None)
+        label2id = d.pop("label2id", None)
         d.pop(TRANSFORMERS_INCOMPATIBLE_KEY, None)  # derived from the two structure fields
         num_labels = d.get("num_labels")
         if kwargs.get("id2label") is None and num_labels is not None:
             kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(num_labels))}
         extra = {k: v for k, v in d.items() if k not in DEAD_KEYS and k not in _HF_GENERIC_KEYS}
         try:
-            return cls(**kwargs, extra=extra)
+            config = cls(**kwargs, extra=extra)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{source}: {e}") from None
+        given = {str(k): _as_id(v) for k, v in label2id.items()} if isinstance(label2id, dict) else label2id
+        if label2id is not None and config.id2label is not None and given != config.label2id:
+            raise ConfigError(f"{source}: label2id is not the inverse of id2label ({config.label2id}); fix one of "
+                              "them, or drop label2id (it is derived)")
+        return config
 
     def save(self, directory: str | Path, architectures: list[str] | None = None) -> Path:
         path = Path(directory) / "config.json"
@@ -305,6 +322,14 @@ class AlbertConfig:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no config.json; is this a model directory?")
         return cls.from_dict(read_json(path, ConfigError), source=str(path))
+
+
+def _as_id(value: Any) -> Any:
+    """A label2id value as the label id it means (HF files hold ints; a hand-edited one may hold "1")."""
+    try:
+        return int(value) if not isinstance(value, bool) else value
+    except (TypeError, ValueError):
+        return value
 
 
 def _albert(h: int, layers: int, heads: int, *, v1: bool, dropout: float, **kw: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ working.
     ├── DataError            a malformed input file (names file:line)
     ├── CheckpointError      weights that do not fit the model, or a damaged checkpoint
     │   ├── CheckpointCorrupt    a checkpoint whose files fail their checksums
+    │   ├── NonFiniteOutput      a model that computes NaN or infinity (broken weights or config)
     │   └── ConversionError      an original TF checkpoint / config / vocabulary that cannot be converted
     ├── TrainingError        a run that cannot go on (diverged, inconsistent resume)
     ├── MissingDependency    an optional extra is not installed (says which)
@@ -42,6 +43,10 @@ class CheckpointError(AlbertlmError, ValueError):
 
 class CheckpointCorrupt(CheckpointError):
     """A checkpoint whose files are missing or fail their checksums."""
+
+
+class NonFiniteOutput(CheckpointError):
+    """The model computed NaN or infinity: its weights or config are broken, and no answer is given."""
 
 
 class ConversionError(CheckpointError):
@@ -115,6 +120,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "MissingDependency",
+    "NonFiniteOutput",
     "RequestError",
     "TrainingError",
     "UserError",

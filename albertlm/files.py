@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 
@@ -32,6 +32,28 @@ def read_json(path: str | Path, error: type[Exception] | None = None) -> Any:
         raise error(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     except UnicodeDecodeError:
         raise error(f"{path}: not UTF-8 text, so not the JSON file expected here") from None
+
+
+def inside(folder: str | Path, name: object, where: str, error: type[Exception] | None = None) -> Path:
+    """``folder / name`` for a file name that one of ``folder``'s own files gives (``where``: that file and
+    field), refused in one line when it could lead out of ``folder``: an absolute path, a ``..`` part, or a
+    subfolder that resolves outside. The named file itself may be a symlink: HF's cache layout keeps a
+    snapshot's files as symlinks to blobs elsewhere, and the folder's owner made those links."""
+    from albertlm.errors import UserError
+
+    error = error or UserError
+    folder = Path(folder)
+    if not isinstance(name, str) or not name.strip():
+        raise error(f"{where}: expected a file name, got {name!r}; re-save the model")
+    win = PureWindowsPath(name)  # splits on / and \\ alike, and sees C: drives
+    path = folder / name
+    if Path(name).is_absolute() or win.drive or win.root or ".." in win.parts:
+        raise error(f"{where}: names {name!r}, a path outside {folder}; a model folder's files may name only files "
+                    "inside it (re-save the model, or copy the file into the folder)")
+    if not path.parent.resolve().is_relative_to(folder.resolve()):
+        raise error(f"{where}: names {name!r}, whose folder {path.parent} resolves outside {folder} (a symlinked "
+                    "subfolder); copy the file into the folder")
+    return path
 
 
 def require_new_dir(path: str | Path, flag: str = "--out") -> Path:
@@ -79,10 +101,15 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
 def write_text_atomic(path: str | Path, text: str, durable: bool = False) -> Path:
     """Write ``text`` to a unique temp name beside ``path`` and rename it over ``path``; with ``durable``
     the file and the rename are also flushed to disk. A failure leaves ``path`` as it was."""
+    return write_bytes_atomic(path, text.encode("utf-8"), durable)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, durable: bool = False) -> Path:
+    """``write_text_atomic`` for bytes."""
     path = Path(path)
     with atomic_file(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())

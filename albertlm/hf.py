@@ -8,7 +8,6 @@ names live in ``albertlm.convert.names``. Nothing is ever unpickled unsafely: ``
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -19,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import CheckpointError
-from albertlm.files import atomic_file
+from albertlm.files import atomic_file, inside, read_json
 
 if TYPE_CHECKING:
     from albertlm.model import AlbertPreTrainedModel
@@ -47,10 +46,9 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     if (d / WEIGHTS_SAFETENSORS).exists():
         return _load_safetensors(d / WEIGHTS_SAFETENSORS)
     if (d / WEIGHTS_INDEX).exists():
-        index = json.loads((d / WEIGHTS_INDEX).read_text())
         sd: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            sd.update(_load_safetensors(d / shard))
+        for shard in shard_files(d):
+            sd.update(_load_safetensors(shard))
         return sd
     if (d / WEIGHTS_BIN).exists():
         try:
@@ -62,6 +60,23 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
             raise CheckpointError(f"{d / WEIGHTS_BIN}: expected a dict of tensors")
         return sd
     raise FileNotFoundError(f"{d}: no {WEIGHTS_SAFETENSORS}, {WEIGHTS_INDEX} or {WEIGHTS_BIN} found")
+
+
+def shard_files(directory: Path) -> list[Path]:
+    """The shard files ``model.safetensors.index.json`` names, each checked to lie inside ``directory``; a
+    malformed index is one line (CheckpointError)."""
+    path = directory / WEIGHTS_INDEX
+    index = read_json(path, CheckpointError)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{path}: expected an object with a non-empty \"weight_map\" ({{tensor name: shard "
+                              "file}}); re-save the model")
+    names = set()
+    for key, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise CheckpointError(f"{path}: weight_map[{key!r}] is {shard!r}, not a shard file name; re-save the model")
+        names.add(shard)
+    return [inside(directory, shard, f"{path} weight_map", CheckpointError) for shard in sorted(names)]
 
 
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:

@@ -36,7 +36,7 @@ def test_classify(classify_client):
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert len(results) == 2 and results[0]["label"] in ("negative", "positive")
-    r = classify_client.post("/v1/classify", json={"texts": ["a", "b"], "pairs": ["c", "d"]})
+    r = classify_client.post("/v1/classify", json={"texts": [["a", "c"], "b"]})  # a [text, text_b] pair, a text
     assert r.status_code == 200 and len(r.json()["results"]) == 2
 
 
@@ -50,7 +50,8 @@ def test_classify(classify_client):
         (b'{"texts": "not a list"}', 422, "invalid_field"),
         (b'{"texts": []}', 422, "invalid_field"),
         (b'{"texts": [1, 2]}', 422, "invalid_field"),
-        (b'{"texts": ["a", "b"], "pairs": ["c"]}', 422, "invalid_field"),
+        (b'{"texts": ["a", "b"], "pairs": ["c"]}', 422, "unknown_field"),
+        (b'{"texts": [["a", "b", "c"]]}', 422, "invalid_field"),
         (b'{"texts": ["a", "b", "c", "d", "e"]}', 422, "too_many_inputs"),
         (b'{"texts": ["' + b"x" * 3000 + b'"]}', 413, "body_too_large"),
     ],

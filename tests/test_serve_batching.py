@@ -84,8 +84,8 @@ def stats(app) -> dict:
 def test_concurrent_requests_share_one_batch_and_get_their_own_answers(classifier):
     texts = sst2("dev.tsv", 20)[0]
     calls: list[tuple[str, object]] = [("/v1/classify", {"texts": [t]}) for t in texts[:12]]  # single sentences
-    calls += [("/v1/classify", {"texts": texts[12:15]}), ("/v1/classify", {"texts": texts[15:18],
-                                                                          "pairs": ["a", "b", "c"]})]  # fmt: skip
+    calls += [("/v1/classify", {"texts": texts[12:15]}),
+              ("/v1/classify", {"texts": [[t, p] for t, p in zip(texts[15:18], "abc", strict=True)]})]
     calls += [("/v1/predict", {"inputs": [{"text": texts[18]}, texts[19]]}), ("/v1/predict", {"text": texts[0]})]
     inputs = 12 + 3 + 3 + 2 + 1
     app = create_app(classifier, batching=BatchSettings(batch_window_ms=NEVER, max_batch=inputs))

@@ -249,6 +249,23 @@ def test_cased_training_keeps_case(tmp_path):
     assert tok.encode("Alpha", False) != tok.encode("alpha", False)
 
 
+@pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
+def test_two_identical_trainings_write_identical_bytes(tmp_path, kind):
+    """Issue 35, finding 7: spiece.model once recorded its random temporary folder (trainer_spec.model_prefix)."""
+    f = tmp_path / "c.txt"
+    f.write_text("".join(f"alpha beta gamma {i} delta\nepsilon zeta eta theta {i * 7}\n" for i in range(300)))
+    train = train_sentencepiece if kind == "sentencepiece" else train_wordpiece
+    kw = {"vocab_size": 80, "num_threads": 1} if kind == "sentencepiece" else {"vocab_size": 200}
+    for name in ("a", "b"):
+        train([f], tmp_path / name, **kw)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir()) and len(files) >= 2
+    for name in files:
+        data = (tmp_path / "a" / name).read_bytes()
+        assert data == (tmp_path / "b" / name).read_bytes(), name
+        assert str(tmp_path).encode() not in data, f"{name} records where it was trained"
+
+
 def test_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing"):
         load_tokenizer(tmp_path / "missing")

@@ -67,7 +67,10 @@ def test_end_to_end_writes_metrics_checkpoints_and_hf_model(shards, tmp_path):
     assert all(r["mfu"] is None for r in train)  # no honest peak on CPU without --peak-tflops
     assert 0.5 <= valid[-1]["valid_sop_majority"] <= 1
     assert result["steps"] == 6 and (tmp_path / "final" / "spiece.model").exists()
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000006",
+                                                                          "written.json"]
+    assert json.loads((tmp_path / "checkpoints" / "written.json").read_text()) == {
+        "written": ["step_00000003", "step_00000006"]}
     transformers = pytest.importorskip("transformers")
     hf, info = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "final", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]

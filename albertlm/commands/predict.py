@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from albertlm.commands.common import add_engine_flags, add_inference_flags, load_predictor, note_skips, row_policy
-from albertlm.errors import UserError
+from albertlm.errors import DataError, UserError
 from albertlm.files import write_text_atomic
 
 
@@ -52,9 +52,18 @@ def _predict(args: argparse.Namespace) -> int:
         return _predict_table(args, predictor)
     lines = [line.removesuffix("\r") for line in _read_input(args.input)]
     where = args.input or "stdin"
-    examples = {n: predictor.parse_line(line, f"{where}:{n + 1}") for n, line in enumerate(lines) if line.strip()}
+    policy = row_policy(args)
+    examples = {}
+    for n, line in enumerate(lines):
+        if line.strip():
+            try:
+                examples[n] = predictor.parse_line(line, f"{where}:{n + 1}")
+            except DataError as e:
+                policy.refuse(e)  # skipped under --skip-bad-rows: its output line is {}, as a blank line's
+    note_skips(policy, lambda m: print(m, file=sys.stderr))
     if not examples:
-        raise UserError(f"{where}: no input lines")
+        raise DataError(f"{where}: no input lines" + (f" left ({policy.skipped} bad rows skipped)" if policy.skipped
+                                                      else ""))  # fmt: skip
     rows = dict(zip(examples, predictor.predict(list(examples.values())), strict=True))
     text = "".join(json.dumps(rows.get(n, {}), ensure_ascii=False) + "\n" for n in range(len(lines)))
     if args.output:

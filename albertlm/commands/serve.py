@@ -5,6 +5,7 @@ albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 
 albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # its int8 file if exported, else bf16 / fp32
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 10 --max-batch 64   # batch harder
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1     # no batching
+albertlm serve --model runs/sst2 --host 0.0.0.0 --allowed-hosts api.example.com --cors-origin https://app.example.com
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-items", type=count, default=32, help="most inputs per request (default: 32)")
     p.add_argument("--max-request-bytes", type=count, default=1 << 20,
                    help="largest request body accepted (default: 1 MiB)")  # fmt: skip
+    p.add_argument("--allowed-hosts", default=None, metavar="NAMES",
+                   help="comma-separated Host names answered, e.g. the name a reverse proxy forwards ('*': any); "
+                        "others get 400, so a web page cannot reach the server under its own name (DNS "
+                        "rebinding) (default: the --host address, plus the loopback names and this machine's "
+                        "name when it is loopback or 0.0.0.0)")  # fmt: skip
+    p.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                   help="a web origin (https://app.example) whose pages may call the server and read its answers "
+                        "(CORS); repeat for more (default: none, no page may)")  # fmt: skip
     add_flags(p, BatchSettings)
     add_engine_flags(p)
     add_inference_flags(p)
@@ -44,13 +53,15 @@ def run(args: argparse.Namespace) -> int:
     from albertlm.deploy.serve import BatchSettings
 
     batching = build(args, BatchSettings)  # checks the values before the model loads
+    hosts, origins = web_settings(args)
     uvicorn = require("uvicorn")
     from albertlm.deploy.serve import create_app
 
     sock = listen(args.host, args.port)  # a port in use fails here, before the model loads
     try:
         predictor = load_predictor(args)
-        app = create_app(predictor, args.max_items, args.max_request_bytes, batching)
+        app = create_app(predictor, args.max_items, args.max_request_bytes, batching, allowed_hosts=hosts,
+                         cors_origins=origins)  # fmt: skip
         port = sock.getsockname()[1]
         print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({args.engine}) on "
               f"http://{args.host}:{port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
@@ -61,6 +72,26 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     return 0
+
+
+def web_settings(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(the Host names answered, the CORS origins granted) from --host / --allowed-hosts / --cors-origin."""
+    from albertlm.deploy.serve import default_allowed_hosts
+
+    if args.allowed_hosts is None:
+        hosts = default_allowed_hosts(args.host)
+    else:
+        hosts = [h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()]
+        if not hosts or any("/" in h or " " in h for h in hosts):
+            raise UserError(f"--allowed-hosts {args.allowed_hosts!r}: give comma-separated host names without "
+                            "scheme or path (api.example.com,127.0.0.1), or '*'")  # fmt: skip
+    origins = args.cors_origin or []
+    for origin in origins:
+        scheme, _, rest = origin.partition("://")
+        if origin != "*" and (scheme not in ("http", "https") or not rest or "/" in rest):
+            raise UserError(f"--cors-origin {origin!r}: give an origin, scheme://host[:port] with no path "
+                            "(https://app.example.com), or '*'")  # fmt: skip
+    return hosts, origins
 
 
 def listen(host: str, port: int) -> socket.socket:

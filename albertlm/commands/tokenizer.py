@@ -126,8 +126,17 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _encode(args: argparse.Namespace) -> int:
+    from albertlm.errors import UserError
     from albertlm.tokenizer import load_tokenizer
 
+    if args.text is not None:
+        try:
+            args.text.encode("utf-8")
+        except UnicodeEncodeError as e:  # Python keeps an undecodable argv byte as a lone surrogate
+            bad = args.text[e.start]
+            shown = f"byte 0x{ord(bad) - 0xDC00:02x}" if "\udc80" <= bad <= "\udcff" else f"{bad!r}"
+            raise UserError(f"--text is not UTF-8 text ({shown} at char {e.start}); pass UTF-8 text, or the "
+                            "text on stdin") from None
     tok = load_tokenizer(args.tokenizer, compat=args.compat)
     lines = iter([args.text]) if args.text is not None else _stdin_lines()
     add = not args.no_special_tokens

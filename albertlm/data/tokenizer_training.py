@@ -7,14 +7,13 @@ Chinese ``vocab.txt``), deterministic for the same input, with ALBERT's special 
 
 from __future__ import annotations
 
+import io
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from albertlm.errors import UserError
-from albertlm.files import refuse_model_dir
+from albertlm.files import refuse_model_dir, write_bytes_atomic
 from albertlm.tokenizer import (
     SPM_FILE,
     VOCAB_FILE,
@@ -122,31 +121,33 @@ def train_sentencepiece(
                 yield text
 
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(),
-                model_prefix=str(Path(tmp) / "spiece"),
-                model_type="unigram",
-                vocab_size=vocab_size,
-                character_coverage=character_coverage,
-                pad_id=0,
-                unk_id=1,
-                bos_id=-1,
-                eos_id=-1,
-                control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-                user_defined_symbols=list(user_defined_symbols),
-                input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True,
-                num_threads=num_threads or SPM_THREADS,
-                minloglevel=1 if progress else 2,
-            )
-        except RuntimeError as e:
-            failure = (_no_text(files) if not fed
-                       else f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)")
-        else:
-            failure = None
-            shutil.move(str(Path(tmp) / "spiece.model"), out_dir / SPM_FILE)
+    # The model comes back as bytes (model_writer), not under a model_prefix: SentencePiece records the prefix
+    # in the file's trainer_spec, so a temporary folder's random name made two identical trainings differ.
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences(),
+            model_writer=model,
+            model_type="unigram",
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            pad_id=0,
+            unk_id=1,
+            bos_id=-1,
+            eos_id=-1,
+            control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+            user_defined_symbols=list(user_defined_symbols),
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=num_threads or SPM_THREADS,
+            minloglevel=1 if progress else 2,
+        )
+    except RuntimeError as e:
+        failure = (_no_text(files) if not fed
+                   else f"SentencePiece training failed: {e} (a smaller --vocab-size or more text helps)")
+    else:
+        failure = None
+        write_bytes_atomic(out_dir / SPM_FILE, model.getvalue())
     if failure is not None:
         if created:
             out_dir.rmdir()  # made by this call and empty again: a failed training leaves nothing behind

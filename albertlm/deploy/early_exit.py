@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm.errors import UserError
+from albertlm.errors import DataError, UserError
+from albertlm.files import inside
 
 EXIT_KINDS = ("classification", "regression", "choice")  # task kinds whose heads have exits
 RULE_FIELDS = ("exit_patience", "exit_confidence", "exit_entropy", "exit_max_layers", "exit_delta")
@@ -183,8 +184,10 @@ class ExitGraphs:
             raise UserError(f"{directory} has no {variant} exit graphs; export with the matching --quantize / "
                             "--calibration, or choose another --precision")  # fmt: skip
         files = entry["files"][variant]
-        self.embed = session(directory / files["embed"], ["hidden"])
-        self.layers = [session(directory / name, ["hidden_out", "logits"]) for name in files["layers"]]
+        where = f"{directory / 'deploy.json'} exit.files.{variant}"
+        self.embed = session(inside(directory, files["embed"], where, DataError), ["hidden"])
+        self.layers = [session(inside(directory, name, where, DataError), ["hidden_out", "logits"])
+                       for name in files["layers"]]  # fmt: skip
         self.group_of_layer = list(entry["group_of_layer"])
 
     def exit_start(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:

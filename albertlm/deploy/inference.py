@@ -30,7 +30,8 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
-from albertlm.errors import DataError, MissingDependency, UserError
+from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError
+from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
 from albertlm.tasks import features as F
@@ -69,9 +70,9 @@ def architecture_of(model_dir: str | Path) -> str:
         raise FileNotFoundError(f"{path} does not exist; give a model directory (config.json + weights)")
     try:
         arch = (json.loads(path.read_text()).get("architectures") or ["AlbertModel"])[0]
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, KeyError, IndexError) as e:
         raise DataError(f"{path}: not a valid config.json ({e}); re-save the model") from None
-    if arch not in HEADS:
+    if not isinstance(arch, str) or arch not in HEADS:
         raise DataError(f"{path}: architecture {arch!r} is not an albertlm head; known: {', '.join(HEADS)}")
     return arch
 
@@ -215,8 +216,12 @@ class _Export:
         try:
             self.manifest = json.loads(manifest_path.read_text())
             files = self.manifest["files"]
+            if not isinstance(files, dict):
+                raise TypeError("files is not a table")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
+        for key, name in files.items():
+            inside(directory, name, f"{manifest_path} files.{key}", DataError)
         _verify_export(directory, self.manifest)
         self.directory = directory
         self.architecture = self.manifest["architecture"]
@@ -367,7 +372,7 @@ def _verify_export(directory: Path, manifest: dict) -> None:
     if not isinstance(sums, dict):
         raise DataError(f"{directory / MANIFEST_FILE}: damaged manifest (sha256 is not a table); export again")
     for name, digest in sums.items():
-        f = directory / str(name)
+        f = inside(directory, name, f"{directory / MANIFEST_FILE} sha256", DataError)
         if not f.is_file() or sha256(f) != digest:
             raise DataError(f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
                             "interrupted); export again: albertlm export --model DIR --out DIR")
@@ -494,6 +499,14 @@ class Predictor:
         return self.parse(self.kind.read_line(line, where), where)
 
     def answers(self, examples: list) -> list[dict]:
+        counts = {len(ex.options) for ex in examples} if self.kind.name == "choice" else set()
+        if len(counts) > 1:  # one batch holds one number of options: answer each number's inputs together
+            out: list[dict] = [{}] * len(examples)
+            for n in counts:
+                idx = [i for i, ex in enumerate(examples) if len(ex.options) == n]
+                for i, answer in zip(idx, self.answers([examples[i] for i in idx]), strict=True):
+                    out[i] = answer
+            return out
         enc = self.kind.encode(self.task, examples, self.tokenizer, self.config.label2id, self.settings)
         out = self.forward(enc.features)
         answers = self.kind.decode(examples, enc, out, self.settings, self.config, self.info)
@@ -526,6 +539,12 @@ class Predictor:
         order: list[int] = []
         for idx, feed in self.batches(feats):
             result = self.run(feed)
+            for name, value in result.items():
+                value = np.asarray(value)
+                if value.dtype.kind == "f" and not np.isfinite(value).all():
+                    raise NonFiniteOutput(f"the model computed a non-finite {name} (NaN or infinity) from these "
+                                          "inputs: its weights or config.json are broken (layer_norm_eps, a "
+                                          "damaged checkpoint); fine-tune or convert it again")  # fmt: skip
             order.extend(idx)
             for name, value in result.items():
                 out.setdefault(name, []).extend(value)

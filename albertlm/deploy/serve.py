@@ -3,20 +3,26 @@
 
     albertlm serve --model runs/sst2-onnx --engine onnx --port 8000
     albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1   # no batching
-    curl -s localhost:8000/v1/predict -d '{"text": "a gripping, funny film"}'
+    curl -s localhost:8000/v1/predict -H 'Content-Type: application/json' -d '{"text": "a gripping, funny film"}'
 
 Endpoints: ``POST /v1/predict`` takes one input object exactly as a ``predict`` JSON line (``{"text",
 "text_b"?}``, ``{"question", "context"}``, ``{"tokens"}`` or ``{"text"}``, ``{"context", "question",
 "options"}``) or ``{"inputs": [...]}`` of them, and answers ``{"results": [row, ...]}`` with the rows
 ``predict`` prints (label names, per-word tags, spans with character offsets). Shortcuts by head:
-``/v1/classify {"texts", "pairs"?}``, ``/v1/tag {"texts"}``, ``/v1/answer {"question", "context"}`` (one
-row). ``GET /health`` always; ``GET /stats`` counts the batches run. Long QA contexts are windowed as in
-evaluation: the limit is on the request's size, not on context length. The schemas are in ``/openapi.json``.
+``/v1/classify {"texts": [text or [text, text_b], ...]}``, ``/v1/tag {"texts"}``, ``/v1/answer {"question",
+"context", "id"?}`` (one row). ``GET /health`` always (503 once the model computed NaN); ``GET /stats``
+counts the batches run. Long QA contexts are windowed as in evaluation: the limit is on the request's size,
+not on context length. ``/openapi.json`` has this model's schemas (only its head's input shapes, lists of 1 to
+``max_items``), and the server holds every body to them: what the schema allows is answered, what it refuses
+is refused (``predict`` on the command line also reads field aliases such as ``sentence``).
 
 Every rejected request gets a 4xx with ``{"error": {"code", "message"}}``: 400 malformed body (not UTF-8,
-not JSON, a lone surrogate escape in a string), 404 endpoint not served by this model, 413 body over
-``max_request_bytes`` (checked while streaming, so a chunked body is never read whole), 422 wrong fields
-or too many inputs. A failure inside the model is a 500 in the same shape.
+not JSON, a lone surrogate escape in a string, bad gzip) or a Host this server does not answer (DNS
+rebinding), 404 endpoint not served by this model, 405 method not allowed (with ``Allow``), 413 body over
+``max_request_bytes`` (checked while streaming, and after gzip decoding, so neither a chunked body nor a zip
+bomb is read whole), 415 a body that is not ``application/json`` or an encoding other than gzip, 422 wrong
+fields or too many inputs. A failure inside the model is a 500 in the same shape. No CORS header is sent
+unless ``cors_origins`` names the pages allowed to read answers.
 
 Concurrent requests are batched dynamically (``Batcher``): each request's validated inputs join a queue;
 one worker waits up to ``batch_window_ms`` after the oldest queued request (or until ``max_batch`` inputs
@@ -45,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from albertlm.errors import DataError, RequestError, UserError, check_bounds
+from albertlm.errors import DataError, NonFiniteOutput, RequestError, UserError, check_bounds
 
 if TYPE_CHECKING:
     from albertlm.deploy.inference import Predictor
@@ -231,6 +237,10 @@ class Service:
         self.max_request_bytes = max_request_bytes
         self.lock = threading.Lock()  # one inference at a time, batched or called directly
         self.batcher = Batcher(self._run, batching)
+        self.failure: str | None = None  # why the model is broken (it computed NaN), once it has
+        self.failures = 0
+        task = predictor.task
+        self.schemas = _schemas(predictor.kind.name, max_items, task.columns if task is not None else None)
 
     def parse(self, raw: bytes, allowed: set[str] | None = None) -> dict[str, Any]:
         if len(raw) > self.max_request_bytes:
@@ -268,6 +278,12 @@ class Service:
         with self.lock:
             return self.predictor.predict(examples)
 
+    def _conform(self, endpoint: str, body: dict) -> None:
+        """The body is what /openapi.json says this endpoint takes (after the checks with their own messages)."""
+        why = conforms(body, self.schemas[endpoint])
+        if why:
+            raise RequestError(422, "unknown_field" if "unknown field" in why else "invalid_field", why)
+
     # one parser per endpoint: a request body -> its validated inputs
     def _predict_inputs(self, raw: bytes) -> list[Any]:
         body = self.parse(raw)
@@ -279,27 +295,34 @@ class Service:
                 raise RequestError(422, "invalid_field", "'inputs' must be a non-empty list of input objects")
         else:
             items = [body]
-        return self._examples(items)
+        examples = self._examples(items)
+        self._conform("predict", body)
+        return examples
 
     def _classify_inputs(self, raw: bytes) -> list[Any]:
-        body = self.parse(raw, {"texts", "pairs"})
-        texts = _string_list(body, "texts", self.max_items)
-        pairs: list[Any] = [None] * len(texts)
-        if body.get("pairs") is not None:
-            pairs = _string_list(body, "pairs", self.max_items)
-            if len(pairs) != len(texts):
-                raise RequestError(422, "invalid_field", f"{len(texts)} texts but {len(pairs)} pairs; give one each")
-        return self._examples([{"text": a, "text_b": b} for a, b in zip(texts, pairs, strict=True)])
+        body = self.parse(raw, {"texts"})
+        texts = body.get("texts")
+        if not isinstance(texts, list) or not texts:
+            raise RequestError(422, "invalid_field",
+                               "'texts' must be a non-empty list of texts or [text, text_b] pairs")
+        if len(texts) > self.max_items:
+            raise RequestError(422, "too_many_inputs",
+                               f"'texts' has {len(texts)} items; at most {self.max_items} per request")
+        self._conform("classify", body)
+        return self._examples([{"text": t} if isinstance(t, str) else {"text": t[0], "text_b": t[1]} for t in texts])
 
     def _tag_inputs(self, raw: bytes) -> list[Any]:
-        texts = _string_list(self.parse(raw, {"texts"}), "texts", self.max_items)
+        body = self.parse(raw, {"texts"})
+        texts = _string_list(body, "texts", self.max_items)
+        self._conform("tag", body)
         return self._examples([{"text": t} for t in texts])
 
     def _answer_inputs(self, raw: bytes) -> list[Any]:
         body = self.parse(raw, {"id", "question", "context"})
         for key in ("question", "context"):
-            if not isinstance(body.get(key), str) or not body[key].strip():
+            if not isinstance(body.get(key), str) or not body[key]:
                 raise RequestError(422, "invalid_field", f"'{key}' must be a non-empty string")
+        self._conform("answer", body)
         return self._examples([body])
 
     def examples(self, endpoint: str, raw: bytes) -> list[Any]:
@@ -315,21 +338,38 @@ class Service:
 
     def call(self, endpoint: str, raw: bytes) -> dict[str, Any]:
         """Answer one request now, in this thread, unbatched."""
-        return self.reply(endpoint, self._run(self.examples(endpoint, raw)))
+        examples = self.examples(endpoint, raw)
+        try:
+            return self.reply(endpoint, self._run(examples))
+        except NonFiniteOutput as e:
+            raise self.broken(e) from None
 
     async def handle(self, endpoint: str, raw: bytes) -> dict[str, Any]:
         """Answer one request in the batch it shares with the requests that arrive with it."""
         examples = await asyncio.to_thread(self.examples, endpoint, raw)  # a big body parses off the event loop
-        return self.reply(endpoint, await self.batcher.submit(examples))
+        try:
+            return self.reply(endpoint, await self.batcher.submit(examples))
+        except NonFiniteOutput as e:
+            raise self.broken(e) from None
+
+    def broken(self, e: NonFiniteOutput) -> RequestError:
+        """A model that computed NaN is broken, not the request: the answer is a 500, and /health says so from
+        now on (a load balancer stops sending it traffic)."""
+        self.failures += 1
+        self.failure = str(e)
+        return RequestError(500, "non_finite_output", str(e))
 
     def stats(self) -> dict[str, Any]:
         return {**self.batcher.stats, "batch_window_ms": self.batcher.settings.batch_window_ms,
                 "max_batch": self.batcher.settings.max_batch}  # fmt: skip
 
     def health(self) -> dict[str, Any]:
+        """The model and its state: ``status`` "ok", or "failing" (with the error) once it computed NaN."""
         p = self.predictor
+        failing = {"error": self.failure, "failed_requests": self.failures} if self.failure else {}
         return {
-            "status": "ok",
+            "status": "failing" if self.failure else "ok",
+            **failing,
             "architecture": p.engine.architecture,
             "task": p.task.name if p.task else None,
             "kind": p.kind.name,
@@ -338,15 +378,51 @@ class Service:
         }
 
 
-def _schemas() -> dict[str, dict]:
-    """Request and response bodies for /openapi.json (validation itself is the task kind's parse)."""
-    s = {"type": "string"}
-    text = {"type": "object", "properties": {"text": s, "text_b": s}, "required": ["text"]}
-    qa = {"type": "object", "properties": {"id": s, "question": s, "context": s}, "required": ["question", "context"]}
-    tokens = {"type": "object", "properties": {"tokens": {"type": "array", "items": s}}, "required": ["tokens"]}
-    choice = {"type": "object", "properties": {"context": s, "question": s, "options": {"type": "array", "items": s}},
-              "required": ["options"]}  # fmt: skip
-    one = {"oneOf": [text, qa, tokens, choice, s]}
+S = {"type": "string"}
+TEXT = {"type": "string", "minLength": 1}
+
+
+def _list(items: dict, max_items: int | None, min_items: int = 1) -> dict:
+    return {"type": "array", "items": items, "minItems": min_items,
+            **({"maxItems": max_items} if max_items is not None else {})}  # fmt: skip
+
+
+def _obj(properties: dict, required: list[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def input_schemas(kind: str, columns: Any = None) -> list[dict]:
+    """The JSON objects one input of a ``kind`` model may be, as /v1/predict takes them: the canonical field
+    names, and the columns a model fine-tuned on the user's own file was trained with (all of them renamed)."""
+    qa_id = {"anyOf": [S, {"type": "integer"}], "description": "echoed in the answer (as a string)"}
+    objects = {
+        "classification": _obj({"text": S, "text_b": S}, ["text"]),
+        "regression": _obj({"text": S, "text_b": S}, ["text"]),
+        "tagging": [_obj({"tokens": _list(TEXT, None)}, ["tokens"]), _obj({"text": TEXT}, ["text"])],
+        "qa": _obj({"id": qa_id, "question": TEXT, "context": TEXT}, ["question", "context"]),
+        "qa_v2": _obj({"id": qa_id, "question": TEXT, "context": TEXT}, ["question", "context"]),
+        "choice": _obj({"context": S, "question": S, "options": _list(S, None, 2)}, ["options"]),
+    }[kind]
+    objects = objects if isinstance(objects, list) else [objects]
+    from albertlm.tasks.kinds import get_kind
+
+    renames = {key: getattr(columns, flag) for flag, key in get_kind(kind).input_keys.items()
+               if columns is not None and getattr(columns, flag, None)}  # fmt: skip
+    renames = {k: c for k, c in renames.items() if c != k and not c.isdigit() and "," not in c}
+    own = []
+    for o in objects:
+        if renames and set(renames) & set(o["properties"]):
+            rename = lambda k: renames.get(k, k)  # noqa: E731
+            own.append(_obj({rename(k): v for k, v in o["properties"].items()}, [rename(k) for k in o["required"]]))
+    return objects + own
+
+
+def _schemas(kind: str, max_items: int, columns: Any = None) -> dict[str, dict]:
+    """Request and response bodies for /openapi.json, for this model's kind only; ``Service`` holds every
+    request to them (``conforms``), so a body the schema allows is one the server takes."""
+    objects = input_schemas(kind, columns)
+    plain = [S] if kind in ("classification", "regression", "tagging") else []  # a plain line of text
+    item = {"anyOf": objects + plain}
     row = {
         "type": "object",
         "description": "classification: label, score, probabilities; regression: value; tagging: tokens, tags, "
@@ -354,24 +430,152 @@ def _schemas() -> dict[str, dict]:
         "for SQuAD 2.0); choice: label, option, score, probabilities; with an early-exit rule (classification, "
         "regression, choice) also layer, the computed layer the input left at",
     }
+    pair = {"type": "array", "items": S, "minItems": 2, "maxItems": 2, "description": "[text, text_b]"}
     return {
-        "predict": {"oneOf": [one, {"type": "object", "properties": {"inputs": {"type": "array", "items": one}},
-                                    "required": ["inputs"]}]},  # fmt: skip
-        "classify": {"type": "object", "properties": {"texts": {"type": "array", "items": s},
-                                                      "pairs": {"type": "array", "items": s}}, "required": ["texts"]},
-        "tag": {"type": "object", "properties": {"texts": {"type": "array", "items": s}}, "required": ["texts"]},
-        "answer": qa,
+        "predict": {"anyOf": [*objects, _obj({"inputs": _list(item, max_items)}, ["inputs"])]},
+        "classify": _obj({"texts": _list({"anyOf": [S, pair]}, max_items)}, ["texts"]),
+        "tag": _obj({"texts": _list(TEXT, max_items)}, ["texts"]),
+        "answer": objects[0] if kind in ("qa", "qa_v2") else {},
         "results": {"type": "object", "properties": {"results": {"type": "array", "items": row}}},
         "row": row,
-        "error": {"type": "object", "properties": {"error": {"type": "object", "properties": {"code": s, "message": s},
+        "error": {"type": "object", "properties": {"error": {"type": "object", "properties": {"code": S, "message": S},
                                                              "required": ["code", "message"]}}},  # fmt: skip
     }
 
 
+def conforms(value: Any, schema: dict, where: str = "body") -> str | None:
+    """Why ``value`` breaks ``schema`` (the JSON Schema subset ``_schemas`` uses), or None."""
+    if "anyOf" in schema:
+        reasons = [conforms(value, s, where) for s in schema["anyOf"]]
+        if any(r is None for r in reasons):
+            return None
+        typed = [r for r, s in zip(reasons, schema["anyOf"], strict=True) if _is(value, s.get("type"))]
+        return typed[0] if len(typed) == 1 else f"{where} matches none of the forms in the schema ({reasons[0]})"
+    kind = schema.get("type")
+    if kind is not None and not _is(value, kind):
+        return f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {_json_type(value)}"
+    if kind == "string" and len(value) < schema.get("minLength", 0):
+        return f"{where} must not be empty"
+    if kind == "array":
+        if len(value) < schema.get("minItems", 0):
+            return f"{where} must have at least {schema['minItems']} items, got {len(value)}"
+        if len(value) > schema.get("maxItems", len(value)):
+            return f"{where} has {len(value)} items; at most {schema['maxItems']}"
+        for i, x in enumerate(value):
+            if why := conforms(x, schema.get("items", {}), f"{where}[{i}]"):
+                return why
+    if kind == "object":
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                return f"{where} lacks {key!r}"
+        if schema.get("additionalProperties") is False and (extra := sorted(set(value) - set(props))):
+            return f"{where} has unknown field(s) {', '.join(map(repr, extra))}; allowed: {', '.join(props)}"
+        for key, sub in props.items():
+            if key in value and (why := conforms(value[key], sub, f"{where}.{key}")):
+                return why
+    return None
+
+
+def _is(value: Any, kind: str | None) -> bool:
+    return {None: True, "string": isinstance(value, str), "object": isinstance(value, dict),
+            "array": isinstance(value, list), "integer": isinstance(value, int) and not isinstance(value, bool),
+            }[kind]  # fmt: skip
+
+
+def _json_type(value: Any) -> str:
+    return {str: "a string", dict: "an object", list: "an array", bool: "true/false", type(None): "null",
+            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)  # fmt: skip
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def default_allowed_hosts(bind: str) -> list[str]:
+    """The Host names a server bound to ``bind`` answers: its address, and the loopback names when it listens
+    on loopback or on every interface (0.0.0.0 / ::), plus this machine's name there. Anything else (a web page's
+    DNS-rebound name) is refused; a reverse proxy's name is added with ``--allowed-hosts``."""
+    import socket
+
+    hosts = [bind]
+    if bind in ("0.0.0.0", "::", "") or bind in LOOPBACK_NAMES or bind.startswith("127."):
+        hosts += LOOPBACK_NAMES
+    if bind in ("0.0.0.0", "::", ""):
+        hosts += [socket.gethostname(), socket.getfqdn()]
+    return list(dict.fromkeys(h.lower() for h in hosts if h))
+
+
+def _host_name(header: str) -> str:
+    """``Host``'s name without its port (``[::1]:8000`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+class _HostCheck:
+    """ASGI middleware: a request whose Host is not one this server answers gets a 400 (a page the user visits
+    can make the browser call 127.0.0.1 under its own name: DNS rebinding). ``"*"`` allows every name."""
+
+    def __init__(self, app: Any, allowed: list[str]):
+        self.app, self.allowed = app, {h.lower() for h in allowed}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and "*" not in self.allowed:
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if _host_name(host) not in self.allowed:
+                from fastapi.responses import JSONResponse
+
+                message = (f"Host {host!r} is not a name this server answers ({', '.join(sorted(self.allowed))}); "
+                           "start it with --allowed-hosts NAME to serve behind a proxy under that name")
+                await JSONResponse({"error": {"code": "invalid_host", "message": message}}, 400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
+    """The body under its Content-Encoding: identity, or gzip decompressed to at most ``limit`` bytes."""
+    import zlib
+
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    if encoding != "gzip":
+        raise RequestError(415, "unsupported_encoding", f"Content-Encoding {encoding!r} is not supported; send the "
+                           "body as is or gzip-compressed")  # fmt: skip
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+    try:
+        out = inflate.decompress(raw, limit + 1)  # never more than the limit (a zip bomb stops here)
+    except zlib.error as e:
+        raise RequestError(400, "invalid_gzip", f"body is not valid gzip ({e})") from None
+    if len(out) > limit:
+        raise RequestError(413, "body_too_large", f"body is over {limit} bytes once decompressed, the limit")
+    if not inflate.eof or inflate.unused_data:
+        raise RequestError(400, "invalid_gzip", "body is not one complete gzip stream")
+    return out
+
+
+def _guard(app: Any, allowed_hosts: list[str] | None, cors_origins: list[str] | None) -> None:
+    """The Host check (outermost: before CORS answers anything) and, when asked, the CORS grant."""
+    if cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["content-type", "content-encoding"])  # fmt: skip
+    if allowed_hosts is not None:
+        app.add_middleware(_HostCheck, allowed=list(allowed_hosts))
+
+
 def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20,
-               batching: BatchSettings | None = None) -> Any:  # fmt: skip
+               batching: BatchSettings | None = None, allowed_hosts: list[str] | None = None,
+               cors_origins: list[str] | None = None) -> Any:  # fmt: skip
     """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health, /stats; concurrent
-    requests share forward passes as ``batching`` says."""
+    requests share forward passes as ``batching`` says.
+
+    Bodies are ``application/json`` only (415 otherwise: a web page can send ``text/plain`` cross-origin with
+    no preflight), as is or gzip-compressed. ``allowed_hosts``: the Host names answered (``albertlm serve``
+    passes ``default_allowed_hosts`` of its --host; None answers any, for an app mounted behind another
+    check). ``cors_origins``: the web origins granted CORS; none by default, so no page can read an answer."""
     from albertlm.deploy.inference import require
 
     fastapi = require("fastapi")
@@ -382,13 +586,14 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     service = Service(predictor, max_items, max_request_bytes, batching)
     app = fastapi.FastAPI(title="albertlm", docs_url=None, redoc_url=None)
     app.state.service = service
-    schemas = _schemas()
+    _guard(app, allowed_hosts, cors_origins)
+    schemas = service.schemas
     routes = {"/v1/predict": "predict"}
     if predictor.kind.endpoint:  # the head's shortcut: /v1/classify, /v1/tag or /v1/answer
         routes[f"/v1/{predictor.kind.endpoint}"] = predictor.kind.endpoint
 
-    def error(status: int, code: str, message: str) -> JSONResponse:
-        return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    def error(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Any, e: RequestError) -> JSONResponse:
@@ -401,15 +606,19 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
         if e.status_code == 404:
             served = ", ".join([*routes, "/health", "/stats"])
             message = f"no such endpoint; this {predictor.kind.name} model serves {served}"
-        return error(e.status_code, code, message)
+        headers = dict(e.headers or {})  # a 405 names the methods allowed (Allow), as HTTP requires
+        if e.status_code == 405 and "Allow" in headers:
+            message = f"method not allowed here; use {headers['Allow']}"
+        return error(e.status_code, code, message, headers or None)
 
     @app.exception_handler(Exception)
     async def _bug(_: Any, e: Exception) -> JSONResponse:  # a bug, never the client's fault: still JSON
         return error(500, "internal_error", f"{type(e).__name__}: the server failed on this request")
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return service.health()
+    @app.get("/health", response_model=None, summary="the model served, and whether it answers (503 once broken)")
+    async def health() -> Any:
+        state = service.health()
+        return JSONResponse(state, status_code=503 if state["status"] != "ok" else 200)
 
     @app.get("/stats", summary="batches run since the start, and the batching settings")
     async def stats() -> dict[str, Any]:
@@ -430,7 +639,13 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
 
     def endpoint(method: str):  # noqa: ANN202
         async def run(request: Any) -> JSONResponse:
-            return JSONResponse(await service.handle(method, await read_limited(request)))
+            media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if media != "application/json":
+                raise RequestError(415, "unsupported_media_type", f"Content-Type must be application/json, not "
+                                   f"{media or 'absent'}")  # fmt: skip
+            raw = _decoded(await read_limited(request), request.headers.get("content-encoding", ""),
+                           max_request_bytes)  # fmt: skip
+            return JSONResponse(await service.handle(method, raw))
 
         run.__annotations__ = {"request": Request, "return": JSONResponse}  # resolved here, for FastAPI
         return run

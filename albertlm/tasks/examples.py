@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from albertlm.errors import DataError
 
@@ -59,6 +60,45 @@ class ChoiceExample:
 Example = TextExample | TaggingExample | QAExample | ChoiceExample
 
 
+MAX_JSON_DEPTH = 32  # how deep an input object may nest (the server's limit too)
+
+
+def check_json(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """ValueError (the reason) unless ``value`` (parsed JSON, or a string) nests at most ``limit`` deep and
+    holds only Unicode text: a JSON escape (``"\\ud800"``) or an undecodable command-line byte can leave half
+    a surrogate pair in a Python string, which no tokenizer takes."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            raise ValueError(f"JSON nested deeper than {limit} levels; an input is a flat object")
+        for text in (v,) if isinstance(v, str) else v if isinstance(v, dict) else ():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"a string holds a lone surrogate ({text[e.start]!r} at char {e.start}), not "
+                                 "Unicode text; send valid UTF-8") from None
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+
+
+def load_json_line(line: str) -> Any:
+    """One line of JSON, checked by ``check_json``; ValueError saying why not (never RecursionError, never a
+    lone surrogate passed on)."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg} at char {e.pos})") from None
+    except RecursionError:
+        raise ValueError(f"JSON nested too deep to read; at most {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"JSON that cannot be read ({str(e).split(';')[0][:100]})") from None
+    check_json(value)
+    return value
+
+
 class RowPolicy:
     """Raise on the first bad row (default), or count and skip it (``--skip-bad-rows``)."""
 
@@ -69,10 +109,14 @@ class RowPolicy:
 
     def bad(self, path: Path | str, line: int | None, msg: str) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
+        self.refuse(DataError(f"{where}: {msg}"))
+
+    def refuse(self, error: DataError) -> None:
+        """A bad row whose ``error`` names its file and line already: raised, or counted and skipped."""
         if not self.skip:
-            raise DataError(f"{where}: {msg} (pass --skip-bad-rows to skip such rows)")
+            raise DataError(f"{error} (pass --skip-bad-rows to skip such rows)")
         self.skipped += 1
-        self.first = self.first or f"{where}: {msg}"
+        self.first = self.first or str(error)
 
 
 def check_nonempty(path: Path, examples: list, policy: RowPolicy) -> list:
@@ -100,9 +144,9 @@ def json_objects(path: Path, lines: list[str], policy: RowPolicy) -> list[tuple[
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            policy.bad(path, n, f"not valid JSON ({e.msg})")
+            row = load_json_line(line)
+        except ValueError as e:
+            policy.bad(path, n, str(e))
             continue
         if not isinstance(row, dict):
             policy.bad(path, n, f"expected a JSON object per line, found {type(row).__name__}")

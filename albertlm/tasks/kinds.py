@@ -16,7 +16,6 @@ becomes an example.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -27,7 +26,15 @@ import numpy as np
 from albertlm.errors import DataError
 from albertlm.tasks import features as F
 from albertlm.tasks import generic, metrics, squad
-from albertlm.tasks.examples import ChoiceExample, QAExample, TaggingExample, TextExample, is_number
+from albertlm.tasks.examples import (
+    ChoiceExample,
+    QAExample,
+    TaggingExample,
+    TextExample,
+    check_json,
+    is_number,
+    load_json_line,
+)
 
 NULL_THRESHOLD_KEY = "null_threshold"  # SQuAD 2.0: answer "" when the null score is above this
 
@@ -151,13 +158,15 @@ class TaskKind(ABC):
 
     @staticmethod
     def read_line(line: str, where: str) -> Any:
-        """A JSON object when the line is one, else the line's text."""
-        if not line.lstrip().startswith("{"):
-            return line
+        """A JSON object when the line is one, else the line's text; either is Unicode text nesting no deeper
+        than ``MAX_JSON_DEPTH`` (the server's rule too), or one DataError naming ``where``."""
         try:
-            return json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+            if not line.lstrip().startswith("{"):
+                check_json(line)
+                return line
+            return load_json_line(line)
+        except ValueError as e:
+            raise DataError(f"{where}: {e}") from None
 
     def __repr__(self) -> str:
         return f"TaskKind({self.name})"

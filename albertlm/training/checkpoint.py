@@ -14,6 +14,12 @@ whose checksums verify (every file above present, ``checksums.json`` included) a
 run; any other is skipped with a warning naming it. ``keep_last`` prunes only checkpoints at or before
 the step just saved, so stale higher-step folders never push out the new ones (they are replaced when
 the run reaches their step).
+
+A run owns only the folders it made: ``RUN/checkpoints/written.json`` records every checkpoint folder a run
+in RUN wrote (updated atomically, before each rename), and pruning, ``--overwrite`` and a save over an
+existing step touch only recorded names. A user's ``step_00000004_good`` or ``step_notes/`` stays; a folder
+named exactly like the next checkpoint but not recorded stops the run with one line. Runs written before the
+record existed own the folders named ``step_<digits>`` that hold a ``checksums.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm.errors import CheckpointCorrupt
-from albertlm.files import publish, sha256, staging_dir
+from albertlm.errors import CheckpointCorrupt, TrainingError
+from albertlm.files import publish, sha256, staging_dir, write_text_atomic
 from albertlm.training.distributed import DistInfo
 
 _log = logging.getLogger(__name__)
@@ -39,8 +46,37 @@ CHECKSUMS = "checksums.json"
 REQUIRED = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "rng_rank0.pt")
 
 
+WRITTEN = "written.json"  # in RUN/checkpoints/: the checkpoint folders runs in RUN wrote
+CHECKPOINT_NAME = re.compile(r"step_\d{8,}")  # step_dir's names, and nothing a user adds to them
+TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
+
+
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step_{step:08d}"
+
+
+def written(root: Path) -> set[str]:
+    """The checkpoint folder names under ``root`` that runs wrote (``root/written.json``); without a record
+    (runs before it existed), the folders named like a checkpoint that hold a checksums.json."""
+    path = root / WRITTEN
+    if not path.is_file():
+        if not root.is_dir():
+            return set()
+        return {p.name for p in root.iterdir()
+                if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name) and (p / CHECKSUMS).is_file()}  # fmt: skip
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))["written"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and CHECKPOINT_NAME.fullmatch(n) for n in names):
+            raise ValueError("not a list of checkpoint names")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise TrainingError(f"{path} is damaged ({e}); delete it (the run then owns the step_<digits> folders "
+                            "holding checksums.json) and run again") from None
+    return set(names)
+
+
+def record(root: Path, names: set[str]) -> None:
+    """Replace ``root/written.json`` with ``names`` (atomically and durably: it decides what may be deleted)."""
+    write_text_atomic(root / WRITTEN, json.dumps({"written": sorted(names)}, indent=1) + "\n", durable=True)
 
 
 def rng_state() -> dict[str, Any]:
@@ -75,6 +111,10 @@ def _np_state_to_json(s: tuple) -> list:
 
 def prepare(root: Path, step: int) -> Path:
     """Create (fresh) the temp folder for ``step``; called by rank 0 before the ranks write into it."""
+    final = step_dir(root, step)
+    if final.exists() and final.name not in written(root):
+        raise TrainingError(f"{final} exists but no run wrote it (it is not in {root / WRITTEN}); move it out of "
+                            f"{root}, it would be replaced by this run's checkpoint")
     return staging_dir(root, f".step_{step:08d}.tmp")
 
 
@@ -83,18 +123,22 @@ def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last:
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     sums = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
-    final = publish(tmp, step_dir(root, step), replace=True)
+    owned = written(root) | {step_dir(root, step).name}
+    record(root, owned)  # before the rename: a crash in between leaves a recorded name without a folder, harmless
+    final = publish(tmp, step_dir(root, step), replace=True)  # prepare refused a folder this run does not own
     if keep_last > 0:
-        upto = [p for p in list_checkpoints(root) if p.name <= final.name]
+        upto = [p for p in list_checkpoints(root) if p.name <= final.name and p.name in owned]
         for old in upto[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
+            owned.discard(old.name)
+        record(root, owned)
     return final
 
 
 def list_checkpoints(root: Path) -> list[Path]:
     if not root.exists():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+    return sorted(p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name))
 
 
 def verify(path: Path) -> None:
@@ -118,7 +162,8 @@ def verify(path: Path) -> None:
 def valid_checkpoints(root: Path, log=_log.warning):
     """Checkpoints that verify, newest first; corrupt ones are reported and skipped, temp folders removed."""
     for tmp in root.glob(".step_*.tmp") if root.is_dir() else []:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if TMP_NAME.fullmatch(tmp.name):
+            shutil.rmtree(tmp, ignore_errors=True)
     for path in reversed(list_checkpoints(root)):
         try:
             verify(path)

@@ -41,7 +41,7 @@ import torch
 from albertlm.config import EXIT_HEADS, PRESETS, AlbertConfig
 from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
-from albertlm.errors import SEED_BOUNDS, DataError, UserError
+from albertlm.errors import SEED_BOUNDS, DataError, TrainingError, UserError
 from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
 from albertlm.tasks import features as F
@@ -352,6 +352,9 @@ def train(
             opt.zero_grad(set_to_none=True)
             step += 1
             losses.append(loss.item())
+            if not math.isfinite(losses[-1]):  # every later step would be NaN too: stop rather than save it
+                raise TrainingError(f"step {step}: the training loss is {losses[-1]}; lower --lr, or check the "
+                                    "model's config.json (layer_norm_eps) and weights")
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
             if step == total or (eval_every and step % eval_every == 0):

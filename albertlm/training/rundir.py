@@ -2,13 +2,15 @@
 
     RUN/run_config.json   the settings (paths inside RUN stored relative to it) and the run's id
     RUN/metrics.jsonl     one JSON line per log / validation
-    RUN/checkpoints/      step_<8-digit step>/ folders (see ``albertlm.training.checkpoint``)
+    RUN/checkpoints/      step_<8-digit step>/ folders and written.json, the record of them (see
+                          ``albertlm.training.checkpoint``)
     RUN/final/            the trained model (HF layout) and its tokenizer
     RUN/tensorboard/      with ``--tensorboard``
 
 Nothing in these files depends on where RUN lives: a copied or moved run resumes from its own checkpoints
 and writes only into itself. A fresh run refuses a directory that already holds a run's outputs unless
-``overwrite`` is set, and then removes only the files a run writes (listed below), never anything else.
+``overwrite`` is set, and then removes only the files a run writes (listed below) and the checkpoint
+folders its record names, never anything else.
 """
 
 from __future__ import annotations
@@ -109,9 +111,13 @@ def remove_previous_run(run_dir: Path) -> None:
         (run_dir / name).unlink(missing_ok=True)
     ckpts = run_dir / "checkpoints"
     if ckpts.is_dir():
+        from albertlm.training import checkpoint
+
+        ours = checkpoint.written(ckpts)  # the folders runs here recorded writing, and nothing else
         for p in ckpts.iterdir():
-            if p.is_dir() and (p.name.startswith("step_") or (p.name.startswith(".step_") and p.name.endswith(".tmp"))):
+            if p.is_dir() and (p.name in ours or checkpoint.TMP_NAME.fullmatch(p.name)):
                 shutil.rmtree(p)
+        (ckpts / checkpoint.WRITTEN).unlink(missing_ok=True)
     final = run_dir / "final"
     for name in FINAL_FILES:
         if final.is_dir():

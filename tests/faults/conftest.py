@@ -44,6 +44,31 @@ def shards(corpus, tok_dir, tmp_path_factory) -> Path:
     return out
 
 
+ARCHS = {"AlbertForSequenceClassification": {0: "negative", 1: "positive"},
+         "AlbertForTokenClassification": {0: "O", 1: "B-X", 2: "I-X"},
+         "AlbertForQuestionAnswering": None, "AlbertForMultipleChoice": None}
+
+
+@pytest.fixture(scope="session")
+def models(tok_dir, tmp_path_factory) -> dict[str, Path]:
+    import torch
+
+    from albertlm.config import AlbertConfig
+    from albertlm.heads import HEADS
+    from albertlm.tokenizer import load_tokenizer
+
+    root, tok = tmp_path_factory.mktemp("serve-models"), load_tokenizer(tok_dir)
+    out = {}
+    for arch, labels in ARCHS.items():
+        torch.manual_seed(0)
+        config = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                              num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                              id2label=labels)
+        out[arch] = HEADS[arch].cls(config).save_pretrained(root / arch)
+        tok.save(out[arch])
+    return out
+
+
 def pretrain_args(shards: Path, out: Path, *extra: str, steps: int = 4) -> list[str]:
     return ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "1",
             "--global-batch-size", "4", "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "2",

@@ -80,17 +80,74 @@ def test_fresh_run_into_a_used_directory_refuses_then_overwrite_replaces_only_ou
     assert snapshot(used) == before
     code, _, err = run(capsys, *pretrain_args(shards, used, "--overwrite", steps=1))
     assert code == 0, err
-    assert sorted(p.name for p in (used / "checkpoints").iterdir()) == ["step_00000001"]
+    assert sorted(p.name for p in (used / "checkpoints").iterdir()) == ["step_00000001", "written.json"]
     assert [json.loads(x)["step"] for x in (used / "metrics.jsonl").read_text().splitlines()] == [1]
     assert (used / "notes.txt").read_text() == "mine" and (used / "final" / "README.md").read_text() == "mine too"
     refused(*run(capsys, *pretrain_args(shards, used, "--overwrite", "--resume", steps=1))[::2], "--overwrite")
+
+
+def users_folders(ckpts: Path) -> dict[str, str]:
+    """What a user keeps among a run's checkpoints: a copy named like one, and a notes folder."""
+    shutil.copytree(ckpts / "step_00000001", ckpts / "step_00000001_good")
+    (ckpts / "step_notes").mkdir()
+    (ckpts / "step_notes" / "notes.txt").write_text("mine")
+    (ckpts / ".step_mine.tmp").mkdir()
+    return {k: v for k, v in snapshot(ckpts).items() if k.startswith(("step_00000001_good", "step_notes", ".step_m"))}
+
+
+def test_keep_last_prunes_only_the_checkpoints_the_run_wrote(run2, tmp_path, capsys):
+    """Issue 35, finding 2: a user's step_00000001_good sorts among the checkpoints; pruning never takes it."""
+    rdir = tmp_path / "r"
+    shutil.copytree(run2, rdir)
+    ckpts = rdir / "checkpoints"
+    mine = users_folders(ckpts)
+    code, _, err = run(capsys, "pretrain", "--out", str(rdir), "--resume", "--max-steps", "4")
+    assert code == 0, err
+    assert sorted(p.name for p in ckpts.glob("step_0*[0-9]")) == ["step_00000003", "step_00000004"]
+    assert {k: v for k, v in snapshot(ckpts).items() if k in mine} == mine
+    assert json.loads((ckpts / "written.json").read_text()) == {"written": ["step_00000003", "step_00000004"]}
+
+
+@pytest.mark.parametrize("record", ["kept", "absent"])
+def test_overwrite_removes_only_the_checkpoints_a_run_wrote(run2, shards, tmp_path, capsys, record):
+    """With the record, or (a run from before it existed) without: the user's folders stay."""
+    used = tmp_path / "used"
+    shutil.copytree(run2, used)
+    ckpts = used / "checkpoints"
+    if record == "absent":
+        (ckpts / "written.json").unlink()
+    mine = users_folders(ckpts)
+    code, _, err = run(capsys, *pretrain_args(shards, used, "--overwrite", steps=1))
+    assert code == 0, err
+    assert {k: v for k, v in snapshot(ckpts).items() if k in mine} == mine
+    assert not (ckpts / "step_00000002").exists()
+    assert json.loads((ckpts / "written.json").read_text()) == {"written": ["step_00000001"]}
+
+
+def test_a_folder_named_like_the_next_checkpoint_but_not_the_runs_stops_it(run2, tmp_path, capsys):
+    rdir = tmp_path / "r"
+    shutil.copytree(run2, rdir)
+    theirs = rdir / "checkpoints" / "step_00000003"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "pretrain", "--out", str(rdir), "--resume", "--max-steps", "3")
+    refused(code, err, "step_00000003", "written.json", "move it")
+    assert (theirs / "notes.txt").read_text() == "mine"
+
+
+def test_a_damaged_record_is_one_line(run2, tmp_path, capsys):
+    rdir = tmp_path / "r"
+    shutil.copytree(run2, rdir)
+    (rdir / "checkpoints" / "written.json").write_text('{"written": ["../../x"]}')
+    code, _, err = run(capsys, "pretrain", "--out", str(rdir), "--resume", "--max-steps", "3")
+    refused(code, err, "written.json is damaged", "delete it")
 
 
 def test_resume_with_every_checkpoint_corrupt_refuses_and_keeps_them(run2, tmp_path):
     """(In a subprocess: the whole CLI, traceback check included.)"""
     bad = tmp_path / "bad"
     shutil.copytree(run2, bad)
-    for ckpt in (bad / "checkpoints").iterdir():
+    for ckpt in (bad / "checkpoints").glob("step_*"):
         f = ckpt / "model.safetensors"
         f.write_bytes(f.read_bytes()[:-16])
     before = snapshot(bad)
