@@ -185,11 +185,13 @@ def _note_skips(policy, log) -> None:  # noqa: ANN001
 def _finetune(args: argparse.Namespace) -> int:
     from albertlm.tasks import get_task
     from albertlm.training.finetune import check_exit_settings, check_out, load_data, resolve_tokenizer, train
+    from albertlm.training.tracking import parse_report_to
 
     check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
     task = _user_data(args, get_task(args.task))
     s = _settings(args)
     check_exit_settings(task, s)
+    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
     policy = _policy(args)
     tok = resolve_tokenizer(args.model, args.tokenizer)
     data = load_data(task, args.data, policy, args.train_file, args.eval_file, args.holdout, args.limit_train,

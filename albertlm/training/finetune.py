@@ -54,6 +54,7 @@ from albertlm.training.optim import build_optimizer, build_scheduler
 from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
 from albertlm.training.rundir import FINAL_FILES
+from albertlm.training.tracking import Tracker
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ class Settings:
     train_exits_only: bool = field(default=False, metadata={
         "help": "train only the per-layer exit classifiers, the encoder and final classifier frozen (a model "
                 "already fine-tuned gains exits and keeps its full-depth answers)"})
+    report_to: str = field(default="jsonl", metadata={
+        "help": "where metrics go besides metrics.jsonl: a comma-separated list of none, jsonl, tensorboard, mlflow, "
+                "wandb (see albertlm.training.tracking)", "metavar": "LIST"})
     config_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE
     inference: InferenceSettings = field(default_factory=InferenceSettings)  # evaluation and the saved settings
 
@@ -332,42 +336,44 @@ def train(
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "metrics.jsonl"
-    log_path.write_text("")
+    tracker = Tracker(out, s.report_to, name=f"{task.name}-{out.name}", params=asdict(s))
     rng = random.Random(s.seed)
     step, t0, losses = 0, time.time(), []
     result: dict = {}
     best: dict = {}  # the kept model's metrics and step
-    bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
-    while step < total:
-        for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
-            model.train()
-            batch = F.collate([feats[i] for i in idx], tok.pad_id)
-            with precision_autocast(precision, "cpu"):
-                loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            losses.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-            if step == total or (eval_every and step % eval_every == 0):
-                result = evaluator.evaluate(data.eval)[0] if data.eval else {}
-                row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
-                       "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
-                _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
-                score = _main_score(task, result)
-                if not best or score is None or best["score"] is None or score > best["score"]:
-                    # the tokenizer once; a better model later replaces only config.json and the weights
-                    _save_best(model, None if best else tok, out, task, s, step, result)
-                    best = {"score": score, "step": step, "metrics": result}
-            if step == total:
-                break
+    try:
+        bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
+        while step < total:
+            for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
+                model.train()
+                batch = F.collate([feats[i] for i in idx], tok.pad_id)
+                with precision_autocast(precision, "cpu"):
+                    loss = model(**batch).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+                if step == total or (eval_every and step % eval_every == 0):
+                    result = evaluator.evaluate(data.eval)[0] if data.eval else {}
+                    row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
+                           "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
+                    tracker.log(row, split="eval")
+                    _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+                    score = _main_score(task, result)
+                    if not best or score is None or best["score"] is None or score > best["score"]:
+                        # the tokenizer once; a better model later replaces only config.json and the weights
+                        _save_best(model, None if best else tok, out, task, s, step, result)
+                        best = {"score": score, "step": step, "metrics": result}
+                if step == total:
+                    break
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
     bar.close()
     train_s = time.time() - t0
     result = best["metrics"]
@@ -400,6 +406,7 @@ def train(
         final["train_label_counts"] = data.label_counts
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
     write_text_atomic(out / "metrics.json", text + "\n")
+    tracker.finish(result, best["step"])
     return final
 
 

@@ -4,7 +4,7 @@
     RUN/metrics.jsonl     one JSON line per log / validation
     RUN/checkpoints/      step_<8-digit step>/ folders (see ``albertlm.training.checkpoint``)
     RUN/final/            the trained model (HF layout) and its tokenizer
-    RUN/tensorboard/      with ``--tensorboard``
+    RUN/tensorboard/      with ``--report-to tensorboard`` (mlflow.db, wandb/ and tracking.json: see tracking.py)
 
 Nothing in these files depends on where RUN lives: a copied or moved run resumes from its own checkpoints
 and writes only into itself. A fresh run refuses a directory that already holds a run's outputs unless
