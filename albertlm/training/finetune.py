@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from albertlm.card import update_card
 from albertlm.config import EXIT_HEADS, PRESETS, AlbertConfig
 from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
@@ -271,7 +272,7 @@ def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) ->
 # --- training ---------------------------------------------------------------------------------------
 # What fine-tuning writes into --out: the kept model (rundir's list of a final model's files) and the metrics.
 # A directory holding any of them is another run's or a model's; ``overwrite`` removes these, nothing else.
-OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl")
+OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl", "tracking.json")
 
 
 def check_out(out: Path, model_arg: str, overwrite: bool) -> None:
@@ -406,6 +407,11 @@ def train(
         final["train_label_counts"] = data.label_counts
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
     write_text_atomic(out / "metrics.json", text + "\n")
+    facts = {"train file": data.train_path, "eval file": data.eval_path, "lr": s.lr, "batch size": s.batch_size,
+             "max_seq_length": s.inference.max_seq_length, "seed": s.seed, "train seconds": f"{train_s:.0f}"}
+    update_card(out, f"fine-tuned on {task.name} for {total} steps, the model of step {best['step']} kept",
+                datasets=(task.name,), base_model=model_arg if model_arg not in PRESETS else None, scores=result,
+                task=task.name, fresh=True, facts=facts)
     tracker.finish(result, best["step"])
     return final
 

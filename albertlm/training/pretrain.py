@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from albertlm.card import update_card
 from albertlm.config import AlbertConfig
 from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
@@ -418,6 +419,11 @@ class Run:
 
             save_state_dict(self.config, "AlbertForPreTraining", model_sd, final)
             self._copy_tokenizer(final)
+            update_card(final, f"pretrained with MLM + {self.task} for {self.step} steps, {self.tokens_seen:,} "
+                        f"tokens", datasets=(Path(cfg.data).name,) if cfg.data else (), scores=last_valid,
+                        task=f"pretraining ({self.task})", split="held-out", fresh=True, facts={
+                            "optimizer": cfg.optimizer, "peak lr": cfg.peak_lr, "global batch": cfg.global_batch_size,
+                            "preset": cfg.preset, "overrides": cfg.model_overrides or "none"})  # fmt: skip
         metrics.finish({**last_valid, "split": "valid"} if last_valid else {}, self.step)
         return {"steps": self.step, "tokens": self.tokens_seen, "final": str(final),
                 "metrics": str(metrics.path), "nonfinite_steps": self.nonfinite, **last_valid}
