@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         required=True,
         metavar="FILE_OR_DIR",
-        help="text files (one sentence per line, blank line between documents), paragraph text "
-        "or JSONL with a 'text' field; directories are searched for *.txt/*.jsonl",
+        help="text files (one sentence per line, blank line between documents), paragraph text, "
+        "JSONL with a 'text' field, Parquet / Arrow tables or a saved `datasets` folder (see --text-column); "
+        "directories are searched for *.txt/*.jsonl/*.parquet",
     )
     b.add_argument(
         "--exclude",
@@ -96,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--chunk-mb", type=flags.bounded(float, above=0), default=32.0,
                    help="split input files into units of this size")
     b.add_argument("--seed", type=flags.seed, default=12345, help="seed of every random choice")
+    from albertlm.data.tables import TextColumns
+
+    flags.add_flags(b, TextColumns)
     b.set_defaults(func=run_build)
 
     i = dsub.add_parser("inspect", help="print the manifest summary and a few decoded instances")
@@ -141,7 +145,7 @@ _WARNINGS = (
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from albertlm.data import InstanceConfig, build_dataset
+    from albertlm.data import InstanceConfig, build_dataset, tables
     from albertlm.errors import UserError
     from albertlm.tokenizer import load_tokenizer
 
@@ -175,6 +179,7 @@ def run_build(args: argparse.Namespace) -> int:
         chunk_bytes=max(1, int(args.chunk_mb * 2**20)),
         exclude=tuple(args.exclude),
         progress=True,
+        columns=flags.build(args, tables.TextColumns),
     )
     m["seconds"] = time.time() - t0
     warn = {k: m["counts"][k] for k in _WARNINGS if m["counts"].get(k)}

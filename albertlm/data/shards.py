@@ -43,6 +43,7 @@ from albertlm.data.instances import (
     build_instance,
     plan_instances,
 )
+from albertlm.data.tables import TABLE_FORMATS, TextColumns, iter_table_documents, table_bytes, table_format
 from albertlm.errors import DataError, UserError
 from albertlm.files import fsync_dir, refuse_model_dir, write_text_atomic
 from albertlm.training.checkpoint import sha256
@@ -169,7 +170,11 @@ def _build_unit(unit: _Unit) -> tuple[int, dict, dict]:
         stats["tokens"] = n_tok
         batch.clear()
 
-    for doc in iter_documents(Path(unit.path), unit.fmt, unit.start, unit.end, stats):
+    if unit.fmt in TABLE_FORMATS:
+        docs = iter_table_documents(Path(unit.path), unit.fmt, job["columns"], stats)
+    else:
+        docs = iter_documents(Path(unit.path), unit.fmt, unit.start, unit.end, stats)
+    for doc in docs:
         batch.append(doc)
         if len(batch) >= 256:
             flush()
@@ -264,12 +269,14 @@ def build_dataset(
     chunk_bytes: int = 32 << 20,
     exclude: tuple[str, ...] = (),
     progress: bool = False,
+    columns: TextColumns | None = None,
 ) -> dict:
     """Build shards from text files into ``out_dir``; returns the manifest (also written there last).
 
     ``whole_word_zh=None`` turns jieba whole-word masking on for character-level (wordpiece) tokenizers.
     ``compat`` is the tokenizer behaviour the text is encoded with: "original" (what ALBERT pretraining
-    data is), "transformers", or None for the one the tokenizer records.
+    data is), "transformers", or None for the one the tokenizer records. Parquet / Arrow files and saved
+    ``datasets`` folders among the inputs are read by ``columns`` (see albertlm.data.tables).
     """
     if compat is not None and compat != tokenizer.compat:
         tokenizer = tokenizer.with_compat(compat)
@@ -285,6 +292,9 @@ def build_dataset(
     skipped: Counter = Counter()
     units: list[_Unit] = []
     for p in files:
+        if table := table_format(p):  # one unit: a document may span record batches
+            units.append(_Unit(len(units), str(p), table, 0, table_bytes(p)))
+            continue
         if p.stat().st_size == 0:
             skipped["empty_files"] += 1
             _log.warning("skipping empty file %s", p)
@@ -324,6 +334,7 @@ def build_dataset(
         dupe_factor=dupe_factor,
         seed=seed,
         word_start=word_start,
+        columns=columns or TextColumns(),
         special=SpecialIds(info["cls_id"], info["sep_id"], info["mask_id"], info["vocab_size"]),
     )
     results: dict[int, tuple[dict, dict]] = {}
