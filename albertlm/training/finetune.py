@@ -31,6 +31,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -297,10 +298,12 @@ def train(
     out: Path,
     s: Settings,
     overwrite: bool = False,
+    on_eval: Callable[[int, float | None, float], None] | None = None,
 ) -> dict:
     """Fine-tune, evaluating every ``eval_every`` steps (a generic task: every epoch) and at the end; keep
     the model with the best dev score in ``out`` with metrics.jsonl and metrics.json. Returns the metrics of
-    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out)."""
+    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out).
+    ``on_eval(step, score, train_loss)`` runs after every evaluation (a search prunes a trial by raising)."""
     from tqdm import tqdm
 
     check_out(out, model_arg, overwrite)
@@ -370,6 +373,8 @@ def train(
                         # the tokenizer once; a better model later replaces only config.json and the weights
                         _save_best(model, None if best else tok, out, task, s, step, result)
                         best = {"score": score, "step": step, "metrics": result}
+                    if on_eval is not None:
+                        on_eval(step, score, row["train_loss"])
                 if step == total:
                     break
     except BaseException:
