@@ -103,8 +103,11 @@ def _choose(group: argparse.ArgumentParser, action: argparse._SubParsersAction) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from albertlm import card
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    card.invocation = list(argv if argv is not None else sys.argv[1:])  # model cards name the exact command
     _show_library_logs()
     if not getattr(args, "func", None):
         parser.print_help()

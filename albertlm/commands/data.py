@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         required=True,
         metavar="FILE_OR_DIR",
-        help="text files (one sentence per line, blank line between documents), paragraph text "
-        "or JSONL with a 'text' field; directories are searched for *.txt/*.jsonl",
+        help="text files (one sentence per line, blank line between documents), paragraph text, "
+        "JSONL with a 'text' field, Parquet / Arrow tables or a saved `datasets` folder (see --text-column); "
+        "directories are searched for *.txt/*.jsonl/*.parquet",
     )
     b.add_argument(
         "--exclude",
@@ -47,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--out", required=True, help="output directory (manifest.json is written there last)")
     add_flags(b, InstanceConfig)
     add_flags(b, BuildSettings)
+    from albertlm.data.tables import TextColumns
+
+    add_flags(b, TextColumns)
     b.set_defaults(func=run_build)
 
     i = dsub.add_parser("inspect", help="print the manifest summary and a few decoded instances")
@@ -93,7 +97,7 @@ _WARNINGS = (
 
 def run_build(args: argparse.Namespace) -> int:
     from albertlm.commands.flags import build
-    from albertlm.data import InstanceConfig, build_dataset
+    from albertlm.data import InstanceConfig, build_dataset, tables
     from albertlm.data.shards import BuildSettings
     from albertlm.errors import UserError
     from albertlm.tokenizer import load_tokenizer
@@ -119,6 +123,7 @@ def run_build(args: argparse.Namespace) -> int:
         chunk_bytes=s.chunk_bytes,
         exclude=tuple(args.exclude),
         progress=True,
+        columns=build(args, tables.TextColumns),
     )
     m["seconds"] = time.time() - t0
     warn = {k: m["counts"][k] for k in _WARNINGS if m["counts"].get(k)}

@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--limit-train", type=flags.limit, default=0, help="use only the first N training examples")
     ft.add_argument("--limit-eval", type=flags.limit, default=0, help="evaluate on the first N evaluation examples")
     add_flags(ft, Settings)
+    from albertlm.training.search import SearchSettings
+
+    add_flags(ft, SearchSettings)
     ft.add_argument("--quiet", dest="progress", action="store_false", default=None, help="the same as --no-progress")
     ft.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a model config field, e.g. --set hidden_size=64 (repeatable)")  # fmt: skip
@@ -54,19 +57,35 @@ def _settings(args: argparse.Namespace):
 
 
 def _finetune(args: argparse.Namespace) -> int:
+    from albertlm.commands.flags import build
     from albertlm.tasks import get_task
     from albertlm.training.finetune import check_exit_settings, check_out, load_data, resolve_tokenizer, train
+    from albertlm.training.search import STUDY_FILE, SearchSettings, check_search, search
+    from albertlm.training.tracking import parse_report_to
 
-    check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
+    ss = build(args, SearchSettings)
+    if not (ss.search and (Path(args.out) / STUDY_FILE).exists()):  # (a search's own folder resumes it)
+        check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
     task = user_data(args, get_task(args.task))
     s = _settings(args)
     check_exit_settings(task, s)
+    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
+    if ss.search:
+        check_search(ss, args.model, s.config_overrides)
     policy = row_policy(args)
     tok = resolve_tokenizer(args.model, args.tokenizer)
     data = load_data(task, args.data, policy, args.train_file, args.eval_file, args.holdout, args.limit_train,
                      args.limit_eval, s.seed)  # fmt: skip
     note_skips(policy, print)
     out = Path(args.out)
+    if ss.search:
+        result = search(task, data, args.model, tok, out, s, ss, overwrite=args.overwrite)
+        sd = result["seeds"]
+        print(f"searched {len(result['trials'])} trials for {task.name}; best trial {result['best_trial']['number']} "
+              f"over {len(sd['scores'])} seeds: {result['metric']} mean {sd['mean']:.4f}, stdev {sd['stdev']:.4f} "
+              f"(best seed {sd['best_seed']}: {sd['max']:.4f}, kept as the model in {out}); wrote "
+              f"{out / 'search.md'}, search.json, search.png")  # fmt: skip
+        return 0
     final = train(task, data, args.model, tok, out, s, overwrite=args.overwrite)
     task = data.task or task
     m = final["metrics"]

@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         required=True,
         metavar="FILE_OR_DIR",
-        help="text files, or directories meaning every *.txt inside",
+        help="text files, Parquet / Arrow tables or saved `datasets` folders (see --text-column), or "
+        "directories meaning every *.txt and *.parquet inside",
     )
     train.add_argument(
         "--out", required=True, help="directory to write spiece.model or vocab.txt (+ tokenizer_config.json)"
@@ -67,6 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="encoding behaviour recorded in tokenizer_config.json: google-research/albert's (original, the "
         "default) or transformers'",
     )
+    from albertlm.data.tables import TextColumns
+
+    flags.add_flags(train, TextColumns)
     train.set_defaults(func=_train)
 
     enc = sub.add_parser("encode", help="print token ids (or pieces) as one JSON line per input line")
@@ -85,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from albertlm.data.tables import TextColumns
     from albertlm.data.tokenizer_training import expand_inputs, train_sentencepiece, train_wordpiece
     from albertlm.errors import UserError
 
@@ -110,12 +115,12 @@ def _train(args: argparse.Namespace) -> int:
             user_defined_symbols=ALBERT_USER_SYMBOLS if args.albert_user_symbols else (),
             progress=True,
             compat=args.compat,
+            columns=flags.build(args, TextColumns),
         )
         written = Path(args.out) / "spiece.model"
     else:
-        tok = train_wordpiece(
-            files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True, compat=args.compat
-        )
+        tok = train_wordpiece(files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True,
+                              compat=args.compat, columns=flags.build(args, TextColumns))  # fmt: skip
         written = Path(args.out) / "vocab.txt"
     print(
         f"wrote {args.kind} vocab of {tok.vocab_size} tokens (lowercase={lower}, compat={tok.compat}) from "

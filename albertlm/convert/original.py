@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from albertlm.card import update_card
 from albertlm.config import AlbertConfig
 from albertlm.convert.names import ZH_LAYER, map_name
 from albertlm.convert.tf_reader import TFCheckpoint, resolve_prefix
@@ -275,6 +276,8 @@ def from_tf(
     load_into(model, sd, source=source)
     report.converted = len(sd)
     _write(model, tok, out)
+    update_card(out, f"converted from the original TensorFlow checkpoint {source} ({structure} layout)",
+                fresh=True, facts={"config": str(config), "variables converted": report.converted})
     return report
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from albertlm.errors import DataError
 
 INPUT_FORMATS = ("auto", "lines", "paragraphs", "jsonl")
-INPUT_SUFFIXES = (".txt", ".jsonl", ".json")
+INPUT_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 
 # A physical line is read in pieces of at most this many bytes, so a 50 MB single line never sits in one
 # Python string nor stalls the regexes; sentences longer than MAX_SENTENCE_CHARS are cut (counted).
@@ -37,20 +37,21 @@ CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def resolve_inputs(inputs: list[str | Path], exclude: tuple[str, ...] = ()) -> list[Path]:
-    """Files named or found (``*.txt``, ``*.jsonl``, ``*.json``) in directories; sorted, deduplicated."""
+    """Files named or found (``*.txt``, ``*.jsonl``, ``*.json``, ``*.parquet``) in directories, and folders
+    ``datasets`` saved (named, not searched for); sorted, deduplicated."""
     out: list[Path] = []
     for raw in inputs:
         p = Path(raw)
         if not p.exists():
             raise FileNotFoundError(f"input path does not exist: {p}")
-        if p.is_dir():
+        if p.is_dir() and not (p / "state.json").is_file():  # a folder of files, not a saved dataset
             found = sorted(
                 q
                 for q in p.rglob("*")
                 if q.is_file() and q.suffix in INPUT_SUFFIXES and not any(q.match(x) for x in exclude)
             )
             if not found:
-                raise DataError(f"no input files (*.txt, *.jsonl) in directory: {p}")
+                raise DataError(f"no input files (*.txt, *.jsonl, *.parquet) in directory: {p}")
             out.extend(found)
         else:
             out.append(p)
@@ -99,11 +100,17 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
-def _cap_sentence(s: str, stats: Counter) -> list[str]:
+def cap_sentence(s: str, stats: Counter) -> list[str]:
     if len(s) <= MAX_SENTENCE_CHARS:
         return [s]
     stats["overlong_sentences_cut"] += 1
     return [s[i : i + MAX_SENTENCE_CHARS] for i in range(0, len(s), MAX_SENTENCE_CHARS)]
+
+
+def clean_line(line: str) -> str:
+    """Control characters (and a lone CR) become spaces; surrounding space goes."""
+    line = _CONTROL.sub(" ", line).strip()
+    return line.replace("\r", " ") if "\r" in line else line
 
 
 def iter_lines(path: Path, start: int, end: int, stats: Counter) -> Iterator[str]:
@@ -155,9 +162,7 @@ def iter_lines(path: Path, start: int, end: int, stats: Counter) -> Iterator[str
                 line = raw.decode("utf-8", "replace")
             if line.endswith("\r\n"):
                 stats["crlf_lines"] += 1
-            line = _CONTROL.sub(" ", line.rstrip("\r\n")).strip()
-            if "\r" in line:
-                line = line.replace("\r", " ")
+            line = clean_line(line.rstrip("\r\n"))
             yield line
 
 
@@ -196,12 +201,12 @@ def iter_documents(
         else:
             doc.extend(split_sentences(line))
         if fmt == "jsonl":
-            doc = [p for s in doc for p in _cap_sentence(s, stats)]
+            doc = [p for s in doc for p in cap_sentence(s, stats)]
             if doc:
                 yield doc
             doc = []
         else:
-            doc[:] = [p for s in doc for p in _cap_sentence(s, stats)]
+            doc[:] = [p for s in doc for p in cap_sentence(s, stats)]
     if doc:
         yield doc
 

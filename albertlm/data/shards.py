@@ -50,6 +50,7 @@ from albertlm.data.instances import (
     build_instance,
     plan_instances,
 )
+from albertlm.data.tables import TABLE_FORMATS, TextColumns, iter_table_documents, table_bytes, table_format
 from albertlm.errors import SEED_BOUNDS, DataError, UserError
 from albertlm.files import publish, refuse_model_dir, sha256, staging_dir
 
@@ -211,7 +212,11 @@ def _build_unit(unit: _Unit) -> tuple[int, dict, dict]:
         stats["tokens"] = n_tok
         batch.clear()
 
-    for doc in iter_documents(Path(unit.path), unit.fmt, unit.start, unit.end, stats):
+    if unit.fmt in TABLE_FORMATS:
+        docs = iter_table_documents(Path(unit.path), unit.fmt, job["columns"], stats)
+    else:
+        docs = iter_documents(Path(unit.path), unit.fmt, unit.start, unit.end, stats)
+    for doc in docs:
         batch.append(doc)
         if len(batch) >= 256:
             flush()
@@ -306,12 +311,14 @@ def build_dataset(
     chunk_bytes: int = _DEFAULT.chunk_bytes,
     exclude: tuple[str, ...] = (),
     progress: bool = False,
+    columns: TextColumns | None = None,
 ) -> dict:
     """Build shards from text files into ``out_dir``; returns the manifest (also written there last).
 
     ``whole_word_zh=None`` turns jieba whole-word masking on for character-level (wordpiece) tokenizers.
     ``compat`` is the tokenizer behaviour the text is encoded with: "original" (what ALBERT pretraining
-    data is), "transformers", or None for the one the tokenizer records.
+    data is), "transformers", or None for the one the tokenizer records. Parquet / Arrow files and saved
+    ``datasets`` folders among the inputs are read by ``columns`` (see albertlm.data.tables).
     """
     if compat is not None and compat != tokenizer.compat:
         tokenizer = tokenizer.with_compat(compat)
@@ -352,6 +359,7 @@ def build_dataset(
         dupe_factor=dupe_factor,
         seed=seed,
         word_start=word_start,
+        columns=columns or TextColumns(),
         special=SpecialIds(info["cls_id"], info["sep_id"], info["mask_id"], info["vocab_size"]),
     )
     try:
@@ -381,6 +389,9 @@ def _plan(files: list[Path], input_format: str, chunk_bytes: int, skipped: Count
     empty and binary files are counted in ``skipped`` (and named in a warning) instead."""
     units: list[_Unit] = []
     for p in files:
+        if table := table_format(p):  # one unit: a document may span record batches
+            units.append(_Unit(len(units), str(p), table, 0, table_bytes(p)))
+            continue
         if p.stat().st_size == 0:
             skipped["empty_files"] += 1
             _log.warning("skipping empty file %s", p)

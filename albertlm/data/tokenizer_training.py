@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from albertlm.data.tables import TextColumns, iter_table_lines, table_bytes, table_format
 from albertlm.errors import UserError
 from albertlm.files import refuse_model_dir, write_bytes_atomic
 from albertlm.tokenizer import (
@@ -27,13 +29,17 @@ from albertlm.tokenizer import (
 
 
 def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory means every ``*.txt`` inside it (sorted, for determinism)."""
+    """Files as given; a directory means every ``*.txt`` and ``*.parquet`` inside it (sorted, for
+    determinism), or, holding what ``datasets`` saved, that dataset."""
     files: list[Path] = []
     for p in map(Path, inputs):
-        if p.is_dir():
-            found = sorted(p.glob("*.txt"))
+        if table_format(p) == "datasets":
+            files.append(p)
+        elif p.is_dir():
+            found = sorted([*p.glob("*.txt"), *p.glob("*.parquet")])
             if not found:
-                raise FileNotFoundError(f"{p} holds no *.txt files; give text files (one sentence per line)")
+                raise FileNotFoundError(f"{p} holds no *.txt or *.parquet files; give text files (one sentence "
+                                        "per line) or tables")  # fmt: skip
             files += found
         else:
             files.append(existing_file(p, "a text file, one sentence per line"))
@@ -42,17 +48,21 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def _lines(files: list[Path], progress: bool) -> Iterator[str]:
+def _lines(files: list[Path], progress: bool, columns: TextColumns | None) -> Iterator[str]:
     from tqdm import tqdm
 
     with tqdm(
-        total=sum(f.stat().st_size for f in files),
+        total=sum(table_bytes(f) for f in files),
         unit="B",
         unit_scale=True,
         disable=not progress,
         desc="reading corpus",
     ) as bar:
         for f in files:
+            if fmt := table_format(f):  # the lines a text file of the same corpus would hold
+                yield from (line + "\n" for line in iter_table_lines(f, fmt, columns or TextColumns(), Counter()))
+                bar.update(table_bytes(f))
+                continue
             with open(f, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
                     bar.update(len(line.encode("utf-8")))
@@ -91,6 +101,7 @@ def train_sentencepiece(
     num_threads: int | None = None,
     progress: bool = False,
     compat: str = "original",
+    columns: TextColumns | None = None,
 ) -> SentencePieceTokenizer:
     """Train a unigram ``spiece.model`` with ALBERT's settings: pad 0, unk 1, control [CLS] 2, [SEP] 3,
     [MASK] 4, no bos/eos. SentencePiece keeps a random sample of ``input_sentence_size`` lines (reservoir
@@ -101,7 +112,8 @@ def train_sentencepiece(
 
     albert-base-v2 was also trained with ``user_defined_symbols=ALBERT_USER_SYMBOLS`` (ids 5-12). That is
     opt-in: transformers 5 loads such symbols from spiece.model as added tokens and gives the text after
-    each one a fresh "▁" (``u.s.`` -> ``▁u . ▁ s .``), so HF's ids would differ from SentencePiece's."""
+    each one a fresh "▁" (``u.s.`` -> ``▁u . ▁ s .``), so HF's ids would differ from SentencePiece's.
+    Parquet / Arrow files and saved ``datasets`` among the inputs are read by ``columns`` (data.tables)."""
     import sentencepiece as spm
 
     check_compat(compat, "compat")
@@ -115,7 +127,7 @@ def train_sentencepiece(
 
     def sentences() -> Iterator[str]:
         nonlocal fed
-        for line in _lines(files, progress):
+        for line in _lines(files, progress, columns):
             if text := preprocess_text(specials.sub(" ", line), lowercase, quotes=compat == "transformers"):
                 fed += 1
                 yield text
@@ -166,6 +178,7 @@ def train_wordpiece(
     unused_slots: int = 99,
     progress: bool = False,
     compat: str = "original",
+    columns: TextColumns | None = None,
 ) -> WordPieceTokenizer:
     """Train a BERT ``vocab.txt`` with the ``tokenizers`` WordPiece trainer on BERT basic tokenization.
 
@@ -206,7 +219,7 @@ def train_wordpiece(
     tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     inner: set[str] = set()
     words = 0
-    for line in _lines(files, progress):
+    for line in _lines(files, progress, columns):
         for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(line)):
             inner.update(word[1:])
             words += 1
@@ -220,7 +233,7 @@ def train_wordpiece(
         continuing_subword_prefix="##",
         show_progress=False,
     )
-    tk.train_from_iterator(_lines(files, progress), trainer=trainer)
+    tk.train_from_iterator(_lines(files, progress, columns), trainer=trainer)
     learned = [t for t, _ in sorted(tk.get_vocab().items(), key=lambda kv: kv[1])]
     learned = [t for t in learned if t not in WORDPIECE_SPECIALS and t not in head]
     # the trainer's layout: the alphabet, then the ##c pieces, then the merges in the order learned

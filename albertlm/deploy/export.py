@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.card import read_card, update_card
 from albertlm.config import AlbertConfig
 from albertlm.deploy.inference import (
     MANIFEST_FILE,
@@ -246,6 +247,10 @@ def export_onnx(
         # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
         shutil.copyfile(model_dir / "config.json", out_dir / "config.json")
         manifest["tokenizer"] = _copy_tokenizer(tok_src, out_dir)
+        if read_card(final_dir)[1]:  # a README.md of the user's own in --out stays (and is not replaced)
+            update_card(out_dir, f"exported to ONNX ({', '.join(sorted(manifest['files']))}) from {model_dir}",
+                        inherit=model_dir, fresh=True, name=final_dir.name, facts={"opset": opset, "graph": graph,
+                                                  "fp32 max |diff| vs torch": f"{manifest['fp32_max_abs_diff']:.2e}"})
         written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
         manifest["sha256"] = {name: sha256(out_dir / name) for name in written}
         _swap_in(out_dir, final_dir, written, manifest)

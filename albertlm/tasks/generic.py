@@ -52,9 +52,9 @@ from albertlm.tasks.tagging import read_conll
 _log = logging.getLogger(__name__)
 
 GENERIC = ("classification", "regression", "tagging", "qa", "choice")
-FORMATS = ("csv", "tsv", "jsonl", "json", "conll")
+FORMATS = ("csv", "tsv", "jsonl", "json", "conll", "parquet")
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
-            ".conll": "conll", ".bio": "conll", ".iob": "conll"}  # fmt: skip
+            ".parquet": "parquet", ".conll": "conll", ".bio": "conll", ".iob": "conll"}  # fmt: skip
 # a dataset folder instead of a file: the first of these names per split
 SPLIT_FILES = {split: tuple(f"{stem}{ext}" for stem in stems for ext in (".csv", ".tsv", ".jsonl", ".json", ".txt"))
                for split, stems in (("train", ("train",)), ("dev", ("dev", "valid", "validation")),
@@ -202,7 +202,25 @@ def read_table(path: Path, data: UserData, policy: RowPolicy, task: str, names: 
         return Table(path, fmt, None, _nonempty(path, json_objects(path, _read_text(path).split("\n"), policy)))
     if fmt == "json":
         return Table(path, fmt, None, _nonempty(path, _json_array(path, policy)))
-    raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl or json")
+    if fmt == "parquet":
+        return Table(path, fmt, None, _nonempty(path, _parquet_rows(path)))
+    raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl, json or parquet")
+
+
+def _parquet_rows(path: Path) -> list[tuple[int, dict]]:
+    """Every row of a Parquet file as a dict (numbered from 1, as lines are), read one row group at a time."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: reading Parquet needs pyarrow; pip install 'albertlm[corpora]'") from None
+    try:
+        source = pq.ParquetFile(path)
+        rows = [row for group in range(source.num_row_groups) for row in source.read_row_group(group).to_pylist()]
+    except Exception as e:
+        if type(e).__module__.startswith("pyarrow"):
+            raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+        raise
+    return list(enumerate(rows, start=1))
 
 
 def _nonempty(path: Path, rows: list) -> list:
@@ -384,7 +402,8 @@ def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = 
             if not y:
                 raise _Bad(f"empty label in column {table.name(label)!r}")
             src = f"{path}:{n}"
-            raw_types[src] = _type(v) if table.fmt in ("json", "jsonl") else "a number" if is_number(y) else "a string"
+            typed = table.fmt in ("json", "jsonl", "parquet")  # values with their own types, not text
+            raw_types[src] = _type(v) if typed else "a number" if is_number(y) else "a string"
             if regression and not is_number(y):
                 raise _Bad(f"label {y!r} is not a number (regression needs numbers)")
         return TextExample(a, b, y, f"{path}:{n}")

@@ -31,6 +31,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from albertlm.card import update_card
 from albertlm.config import EXIT_HEADS, PRESETS, AlbertConfig
 from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
@@ -54,6 +56,7 @@ from albertlm.training.optim import build_optimizer, build_scheduler
 from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
 from albertlm.training.rundir import FINAL_FILES
+from albertlm.training.tracking import Tracker
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +86,9 @@ class Settings:
     train_exits_only: bool = field(default=False, metadata={
         "help": "train only the per-layer exit classifiers, the encoder and final classifier frozen (a model "
                 "already fine-tuned gains exits and keeps its full-depth answers)"})
+    report_to: str = field(default="jsonl", metadata={
+        "help": "where metrics go besides metrics.jsonl: a comma-separated list of none, jsonl, tensorboard, mlflow, "
+                "wandb (see albertlm.training.tracking)", "metavar": "LIST"})
     config_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE
     inference: InferenceSettings = field(default_factory=InferenceSettings)  # evaluation and the saved settings
 
@@ -267,7 +273,7 @@ def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) ->
 # --- training ---------------------------------------------------------------------------------------
 # What fine-tuning writes into --out: the kept model (rundir's list of a final model's files) and the metrics.
 # A directory holding any of them is another run's or a model's; ``overwrite`` removes these, nothing else.
-OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl")
+OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl", "tracking.json")
 
 
 def check_out(out: Path, model_arg: str, overwrite: bool) -> None:
@@ -292,19 +298,17 @@ def train(
     out: Path,
     s: Settings,
     overwrite: bool = False,
+    on_eval: Callable[[int, float | None, float], None] | None = None,
 ) -> dict:
     """Fine-tune, evaluating every ``eval_every`` steps (a generic task: every epoch) and at the end; keep
     the model with the best dev score in ``out`` with metrics.jsonl and metrics.json. Returns the metrics of
-    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out)."""
+    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out).
+    ``on_eval(step, score, train_loss)`` runs after every evaluation (a search prunes a trial by raising)."""
     from tqdm import tqdm
 
     check_out(out, model_arg, overwrite)
-
-    if data.task is not None:
-        task = data.task
-    random.seed(s.seed)
-    np.random.seed(s.seed)
-    torch.manual_seed(s.seed)
+    task = data.task or task
+    _seed_everything(s.seed)
     check_exit_settings(task, s)
     overrides = {**s.config_overrides, **({"exit_heads": s.exits} if s.exits is not None else {})}
     model = build_model(task, model_arg, tok, data.labels, overrides)
@@ -332,52 +336,74 @@ def train(
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "metrics.jsonl"
-    log_path.write_text("")
+    tracker = Tracker(out, s.report_to, name=f"{task.name}-{out.name}", params=asdict(s))
     rng = random.Random(s.seed)
     step, t0, losses = 0, time.time(), []
     result: dict = {}
     best: dict = {}  # the kept model's metrics and step
-    bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
-    while step < total:
-        for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
-            model.train()
-            batch = F.collate([feats[i] for i in idx], tok.pad_id)
-            with precision_autocast(precision, "cpu"):
-                loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            losses.append(loss.item())
-            if not math.isfinite(losses[-1]):  # every later step would be NaN too: stop rather than save it
-                raise TrainingError(f"step {step}: the training loss is {losses[-1]}; lower --lr, or check the "
-                                    "model's config.json (layer_norm_eps) and weights")
-            bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-            if step == total or (eval_every and step % eval_every == 0):
-                result = evaluator.evaluate(data.eval)[0] if data.eval else {}
-                row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
-                       "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(metrics.json_ready(row)) + "\n")  # NaN (undefined) -> null
-                _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
-                score = _main_score(task, result)
-                if not best or score is None or best["score"] is None or score > best["score"]:
-                    # the tokenizer once; a better model later replaces only config.json and the weights
-                    _save_best(model, None if best else tok, out, task, s, step, result)
-                    best = {"score": score, "step": step, "metrics": result}
-            if step == total:
-                break
+    try:
+        bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
+        while step < total:
+            for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
+                model.train()
+                batch = F.collate([feats[i] for i in idx], tok.pad_id)
+                with precision_autocast(precision, "cpu"):
+                    loss = model(**batch).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                losses.append(loss.item())
+                if not math.isfinite(losses[-1]):  # every later step would be NaN too: stop rather than save it
+                    raise TrainingError(f"step {step}: the training loss is {losses[-1]}; lower --lr, or check the "
+                                        "model's config.json (layer_norm_eps) and weights")
+                bar.update(1)
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+                if step == total or (eval_every and step % eval_every == 0):
+                    result = evaluator.evaluate(data.eval)[0] if data.eval else {}
+                    row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
+                           "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
+                    tracker.log(row, split="eval")
+                    _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+                    score = _main_score(task, result)
+                    if not best or score is None or best["score"] is None or score > best["score"]:
+                        # the tokenizer once; a better model later replaces only config.json and the weights
+                        _save_best(model, None if best else tok, out, task, s, step, result)
+                        best = {"score": score, "step": step, "metrics": result}
+                    if on_eval is not None:
+                        on_eval(step, score, row["train_loss"])
+                if step == total:
+                    break
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
     bar.close()
     result = best["metrics"]
     final = _summary(task, model_arg, data, s, model, feats, total, per_epoch, warmup, precision, time.time() - t0,
                      losses, best, chosen)  # fmt: skip
     text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
     write_text_atomic(out / "metrics.json", text + "\n")
+    _card(out, task, data, s, model_arg, final)
+    tracker.finish(result, best["step"])
     return final
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _card(out: Path, task: Task, data: Data, s: Settings, model_arg: str, final: dict) -> None:
+    """The model card of the kept model (a fresh one: ``out`` holds a new model)."""
+    facts = {"train file": data.train_path, "eval file": data.eval_path, "lr": s.lr, "batch size": s.batch_size,
+             "max_seq_length": s.inference.max_seq_length, "seed": s.seed,
+             "train seconds": f"{final['train_seconds']:.0f}"}  # fmt: skip
+    update_card(out, f"fine-tuned on {task.name} for {final['steps']} steps, the model of step {final['best_step']} "
+                "kept", datasets=(task.name,), base_model=model_arg if model_arg not in PRESETS else None,
+                scores=final["metrics"], task=task.name, fresh=True, facts=facts)  # fmt: skip
 
 
 def _summary(task: Task, model_arg: str, data: Data, s: Settings, model: torch.nn.Module, feats: list, total: int,

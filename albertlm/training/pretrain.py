@@ -14,7 +14,7 @@ step within epoch), which with the saved RNG states makes ``--resume`` bitwise e
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
 import math
 import time
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from albertlm.card import update_card
 from albertlm.config import AlbertConfig
 from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
@@ -44,6 +45,7 @@ from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
 from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
+from albertlm.training.tracking import Tracker, parse_report_to
 
 _log = logging.getLogger(__name__)
 
@@ -94,7 +96,8 @@ class PretrainConfig:
     device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
     peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table; no MFU on CPU)",
                                      above=0)
-    tensorboard: bool = _opt(False, "also log to TensorBoard (if installed)")
+    report_to: str = _opt("jsonl", "where metrics go besides metrics.jsonl: a comma-separated list of none, jsonl, "
+                          "tensorboard, mlflow, wandb (see albertlm.training.tracking)", metavar="LIST")
     progress: bool = _opt(True, "show a progress bar")
 
     @property
@@ -114,6 +117,7 @@ class PretrainConfig:
             raise TrainingError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}, not {self.lr_schedule!r}")
         if self.optimizer not in LR_DEFAULTS:
             raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
+        parse_report_to(self.report_to)  # a tracker that is not installed: one line before anything runs
         check_bounds(self)  # every number's own bounds (the flags' bounds: a run_config.json or Python gets them too)
         if self.warmup > self.max_steps:
             raise TrainingError(f"--warmup-steps must be from 0 to --max-steps ({self.max_steps}), not {self.warmup}")
@@ -431,7 +435,8 @@ class Run:
         use_compile = cfg.compile if cfg.compile is not None else info.device.type == "cuda"
         if use_compile:
             model = torch.compile(model)
-        metrics = MetricsLog(self.out, info, self.step, cfg.tensorboard)
+        metrics = Tracker(self.out, cfg.report_to, name=self.out.name, params=dataclasses.asdict(cfg),
+                          resumed_step=self.step if self.step else None, enabled=info.is_main)
         peak, peak_src = peak_flops(cfg, info)
         print0(info, f"model: {self.model.num_parameters():,} parameters ({cfg.preset}, sharing="
                      f"{self.config.sharing}); data: {len(self.dataset):,} instances, task {self.task}; "
@@ -451,14 +456,14 @@ class Run:
             bar.update(1)
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                 row = self._summarize(window, time.perf_counter() - t_window, peak)
-                metrics.write(row)
+                metrics.log(row)
                 bar.set_postfix_str(f"loss {row['loss']:.3f} mlm {row['mlm_acc']:.3f} sop {row['sop_acc']:.3f} "
                                     f"lr {row['lr']:.2e} {row['tokens_per_s']:,.0f} tok/s"
                                     + (f" mfu {row['mfu']:.1%}" if row["mfu"] is not None else ""))
                 window, t_window = {}, time.perf_counter()
             if self.valid is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.max_steps):
                 last_valid = evaluate(model, self.valid, cfg, info, self.collate, self.autocast)
-                metrics.write({"step": self.step, "split": "valid", **last_valid})
+                metrics.log({"step": self.step, "split": "valid", **last_valid})
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self.save()
         bar.close()
@@ -473,7 +478,12 @@ class Run:
 
             save_state_dict(self.config, "AlbertForPreTraining", model_sd, final)
             self._copy_tokenizer(final)
-        metrics.close()
+            update_card(final, f"pretrained with MLM + {self.task} for {self.step} steps, {self.tokens_seen:,} "
+                        f"tokens", datasets=(Path(cfg.data).name,) if cfg.data else (), scores=last_valid,
+                        task=f"pretraining ({self.task})", split="held-out", fresh=True, facts={
+                            "optimizer": cfg.optimizer, "peak lr": cfg.peak_lr, "global batch": cfg.global_batch_size,
+                            "preset": cfg.preset, "overrides": cfg.model_overrides or "none"})  # fmt: skip
+        metrics.finish({**last_valid, "split": "valid"} if last_valid else {}, self.step)
         return {"steps": self.step, "tokens": self.tokens_seen, "final": str(final),
                 "metrics": str(metrics.path), "nonfinite_steps": self.nonfinite, **last_valid}
 
@@ -544,42 +554,6 @@ class Run:
             load_tokenizer(self.tokenizer_path).save(final)
 
 
-class MetricsLog:
-    """metrics.jsonl (rank 0), truncated past the resumed step so a resumed run's file stays consistent."""
-
-    def __init__(self, out: Path, info: DistInfo, resumed_step: int, tensorboard: bool):
-        self.path = out / "metrics.jsonl"
-        self.enabled = info.is_main
-        self.tb = None
-        if not self.enabled:
-            return
-        if self.path.exists():
-            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resumed_step]
-            self.path.write_text("".join(ln + "\n" for ln in keep))
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(out / "tensorboard"))
-            except ImportError:
-                _log.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
-
-    def write(self, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        if self.tb is not None:
-            prefix = row.get("split", "train")
-            for k, v in row.items():
-                if isinstance(v, float | int) and k not in ("step", "time"):
-                    self.tb.add_scalar(f"{prefix}/{k}", v, row["step"])
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-
-
 def _progress(enabled: bool, initial: int, total: int):
     from tqdm import tqdm
 
@@ -592,6 +566,8 @@ def load_run_config(out: str | Path) -> PretrainConfig:
 
     saved, _ = rundir.read_config(out)
     saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
+    if saved.pop("tensorboard", False):  # runs saved before --report-to
+        saved.setdefault("report_to", "tensorboard")
     fields = {f.name for f in dataclasses.fields(PretrainConfig)}
     return PretrainConfig(**{k: v for k, v in saved.items() if k in fields}, out=str(out))
 

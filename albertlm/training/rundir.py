@@ -5,7 +5,7 @@
     RUN/checkpoints/      step_<8-digit step>/ folders and written.json, the record of them (see
                           ``albertlm.training.checkpoint``)
     RUN/final/            the trained model (HF layout) and its tokenizer
-    RUN/tensorboard/      with ``--tensorboard``
+    RUN/tensorboard/      with ``--report-to tensorboard`` (mlflow.db, wandb/ and tracking.json: see tracking.py)
 
 Nothing in these files depends on where RUN lives: a copied or moved run resumes from its own checkpoints
 and writes only into itself. A fresh run refuses a directory that already holds a run's outputs unless
