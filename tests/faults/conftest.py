@@ -3,6 +3,7 @@ and helpers to run the CLI in a subprocess and check that a failure is one clear
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -92,3 +93,48 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
     for n in needles:
         assert n in line, (n, line)
     return line
+
+
+FINETUNE_FAST = ["--quiet", "--max-steps", "1", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "32"]
+
+
+def finetune_tiny_sst2(tok_dir: Path, root: Path) -> Path:
+    """A tiny SST-2-shaped model fine-tuned for one step on 16 made-up rows, in ``root / "ft"``."""
+    from albertlm.cli import main
+
+    data = root / "sst"
+    data.mkdir()
+    rows = "".join(f"a {'good' if i % 2 else 'bad'} film {i}\t{i % 2}\n" for i in range(16))
+    for name in ("train.tsv", "dev.tsv"):
+        (data / name).write_text("sentence\tlabel\n" + rows)
+    out = root / "ft"
+    assert main(["finetune", "--task", "sst2", "--data", str(data), "--model", "albert-tiny", "--tokenizer",
+                 str(tok_dir), "--out", str(out), *FINETUNE_FAST, *TINY_SET]) == 0  # fmt: skip
+    return out
+
+
+@contextlib.contextmanager
+def served(app):  # noqa: ANN001, ANN201
+    """``app`` under a real uvicorn server on 127.0.0.1 (a free port), in a thread; yields the port."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=1))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 30
+        while not server.started and time.time() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -10,26 +10,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import finetune_tiny_sst2
 from safetensors.torch import load_file, save_file
 
 from albertlm.cli import main
 
-FAST = ["--quiet", "--max-steps", "1", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "32"]
-
 
 @pytest.fixture(scope="module")
 def model(tok_dir, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("model-folder")
-    data = root / "sst"
-    data.mkdir()
-    rows = "".join(f"a {'good' if i % 2 else 'bad'} film {i}\t{i % 2}\n" for i in range(16))
-    for name in ("train.tsv", "dev.tsv"):
-        (data / name).write_text("sentence\tlabel\n" + rows)
-    out = root / "ft"
-    assert main(["finetune", "--task", "sst2", "--data", str(data), "--model", "albert-tiny", "--tokenizer",
-                 str(tok_dir), "--out", str(out), *FAST, *[f"--set={k}={v}" for k, v in TINY.items()]]) == 0
-    return out
+    return finetune_tiny_sst2(tok_dir, tmp_path_factory.mktemp("model-folder"))
 
 
 def sharded(model: Path, dest: Path) -> Path:

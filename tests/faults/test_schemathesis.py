@@ -7,14 +7,11 @@ minute per head on 2 cores."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
-from conftest import ARCHS, ENV
+from conftest import ARCHS, ENV, served
 
 pytestmark = pytest.mark.schemathesis
 pytest.importorskip("schemathesis")
@@ -23,31 +20,15 @@ pytest.importorskip("uvicorn")
 EXAMPLES = 100  # per operation and phase: the bound that keeps a head under a minute on 2 cores
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_schemathesis_finds_nothing_on_each_heads_server(models, arch, tmp_path):
-    import uvicorn
 
     from albertlm.deploy.inference import Predictor
     from albertlm.deploy.serve import create_app, default_allowed_hosts
 
     predictor = Predictor.load(models[arch], engine="torch", threads=1, overrides={"max_seq_length": 48})
     app = create_app(predictor, max_items=4, max_request_bytes=16_000, allowed_hosts=default_allowed_hosts("127.0.0.1"))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.time() + 30
-        while not server.started and time.time() < deadline:
-            time.sleep(0.05)
-        assert server.started
+    with served(app) as port:
         st = shutil.which("schemathesis") or shutil.which("st")
         cmd = [st] if st else [sys.executable, "-m", "schemathesis.cli"]
         r = subprocess.run([*cmd, "run", f"http://127.0.0.1:{port}/openapi.json", "--checks", "all",
@@ -55,9 +36,6 @@ def test_schemathesis_finds_nothing_on_each_heads_server(models, arch, tmp_path)
                             "--request-timeout", "30", "--max-failures", "5",
                             "--report-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
     print(r.stdout[-6000:])
     assert r.returncode == 0, (r.stdout[-8000:], r.stderr[-2000:])
     assert "No issues found" in r.stdout or "passed" in r.stdout, r.stdout[-3000:]

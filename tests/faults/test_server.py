@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import random
 import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from conftest import ARCHS  # noqa: E402
+from conftest import ARCHS, served  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from albertlm.deploy.serve import create_app  # noqa: E402
@@ -121,30 +119,15 @@ def test_deep_nesting_and_huge_integers_are_400_or_422(models):
 
 
 # ---------------------------------------------------------------------------------------------- chunked
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_chunked_upload_is_refused_early_with_413(models):
     """A real server on 127.0.0.1: an endless chunked body is answered 413 after about the limit, the
     connection is dropped, and the server goes on answering (it never buffered the body)."""
-    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("uvicorn")
     from albertlm.deploy.inference import Predictor
 
     predictor = Predictor.load(models["AlbertForSequenceClassification"], engine="torch", threads=1)
     app = create_app(predictor, max_items=4, max_request_bytes=64 * 1024)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.time() + 30
-        while not server.started and time.time() < deadline:
-            time.sleep(0.05)
-        assert server.started
+    with served(app) as port:
         sent, chunk = 0, b"x" * 16384
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -183,9 +166,6 @@ def test_chunked_upload_is_refused_early_with_413(models):
 
         r = httpx.post(f"http://127.0.0.1:{port}/v1/classify", json={"texts": ["still serving"]}, timeout=30)
         assert r.status_code == 200, r.text
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------------- browsers (issue 35)
