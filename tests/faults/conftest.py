@@ -98,18 +98,23 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
 FINETUNE_FAST = ["--quiet", "--max-steps", "1", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "32"]
 
 
-def finetune_tiny_sst2(tok_dir: Path, root: Path) -> Path:
-    """A tiny SST-2-shaped model fine-tuned for one step on 16 made-up rows, in ``root / "ft"``."""
-    from albertlm.cli import main
-
-    data = root / "sst"
-    data.mkdir()
+def tiny_sst2_data(root: Path) -> Path:
+    """An SST-2-shaped folder of 16 made-up rows (train.tsv = dev.tsv) at ``root``."""
+    root.mkdir()
     rows = "".join(f"a {'good' if i % 2 else 'bad'} film {i}\t{i % 2}\n" for i in range(16))
     for name in ("train.tsv", "dev.tsv"):
-        (data / name).write_text("sentence\tlabel\n" + rows)
+        (root / name).write_text("sentence\tlabel\n" + rows)
+    return root
+
+
+def finetune_tiny_sst2(tok_dir: Path, root: Path, steps: int = 1) -> Path:
+    """A tiny model fine-tuned for ``steps`` steps on ``tiny_sst2_data``, in ``root / "ft"``."""
+    from albertlm.cli import main
+
     out = root / "ft"
-    assert main(["finetune", "--task", "sst2", "--data", str(data), "--model", "albert-tiny", "--tokenizer",
-                 str(tok_dir), "--out", str(out), *FINETUNE_FAST, *TINY_SET]) == 0  # fmt: skip
+    fast = [*FINETUNE_FAST[:2], str(steps), *FINETUNE_FAST[3:]]
+    assert main(["finetune", "--task", "sst2", "--data", str(tiny_sst2_data(root / "sst")), "--model",
+                 "albert-tiny", "--tokenizer", str(tok_dir), "--out", str(out), *fast, *TINY_SET]) == 0  # fmt: skip
     return out
 
 

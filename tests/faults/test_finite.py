@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY
+from conftest import finetune_tiny_sst2, tiny_sst2_data
 from safetensors.torch import load_file, save_file
 
 from albertlm.cli import main
@@ -19,22 +19,9 @@ from albertlm.cli import main
 FAST = ["--quiet", "--max-steps", "2", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "32"]
 
 
-def sst(root: Path) -> Path:
-    root.mkdir()
-    rows = "".join(f"a {'good' if i % 2 else 'bad'} film {i}\t{i % 2}\n" for i in range(16))
-    for name in ("train.tsv", "dev.tsv"):
-        (root / name).write_text("sentence\tlabel\n" + rows)
-    return root
-
-
 @pytest.fixture(scope="module")
 def model(tok_dir, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("finite")
-    out = root / "ft"
-    assert main(["finetune", "--task", "sst2", "--data", str(sst(root / "sst")), "--model", "albert-tiny",
-                 "--tokenizer", str(tok_dir), "--out", str(out), *FAST,
-                 *[f"--set={k}={v}" for k, v in TINY.items()]]) == 0
-    return out
+    return finetune_tiny_sst2(tok_dir, tmp_path_factory.mktemp("finite"), steps=2)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +105,8 @@ def test_the_server_answers_a_json_500_and_health_turns_503(nan_model):
 
 def test_a_finetune_whose_loss_is_nan_fails(nan_model, tok_dir, tmp_path, capsys):
     torch.manual_seed(0)
-    code = main(["finetune", "--task", "sst2", "--data", str(sst(tmp_path / "sst")), "--model", str(nan_model),
-                 "--out", str(tmp_path / "o"), *FAST])
+    data = tiny_sst2_data(tmp_path / "sst")
+    code = main(["finetune", "--task", "sst2", "--data", str(data), "--model", str(nan_model), "--out",
+                 str(tmp_path / "o"), *FAST])  # fmt: skip
     refused(capsys, code, "training loss is nan")
     assert not (tmp_path / "o" / "model.safetensors").exists()
