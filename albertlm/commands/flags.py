@@ -3,9 +3,10 @@ can never drift from the setting it sets.
 
 A field ``eval_batch_size: int = 64`` with ``metadata={"help": ...}`` becomes ``--eval-batch-size N``
 (help "... (default: 64)"); a bool becomes ``--x / --no-x``; ``min`` / ``max`` / ``above`` / ``below`` in the
-metadata bound a number, and ``flag`` names the flag when it is not the field's name. Every derived flag
-parses to None when it is not given, so ``values`` returns only what the user typed and the dataclass
-default (or a base object such as the demo's settings) applies to the rest.
+metadata bound a number, ``parse`` checks a string's form (``--device``), and ``flag`` names the flag when
+it is not the field's name. Every derived flag parses to None when it is not given, so ``values`` returns
+only what the user typed and the dataclass default (or a base object such as the demo's settings) applies
+to the rest.
 """
 
 from __future__ import annotations
@@ -87,7 +88,22 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
             bounds = {k: f.metadata.get(m) for k, m in (("low", "min"), ("high", "max"), ("above", "above"),
                                                          ("below", "below"))}  # fmt: skip
             parse = bounded(kind, **bounds) if any(v is not None for v in bounds.values()) else kind
+            if "parse" in f.metadata:  # a checked form, e.g. --device's auto|cpu|cuda|cuda:N
+                parse = _checked(f.metadata["parse"])
             parser.add_argument(*names, type=parse, metavar=f.metadata.get("metavar"), **kw)
+
+
+def _checked(check: Any) -> Any:
+    """An argparse type from ``check(text) -> value`` that raises ValueError with the reason."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
 
 
 def values(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:

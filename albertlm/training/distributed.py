@@ -37,16 +37,17 @@ class DistInfo:
 
 
 def init_distributed(device: str | None = None, timeout_s: int = 300) -> DistInfo:
-    """Start the process group when launched by torchrun; pick the device (cuda:LOCAL_RANK or cpu)."""
+    """Start the process group when launched by torchrun; pick the device (``albertlm.devices``: auto, cpu,
+    cuda, which is cuda:LOCAL_RANK under torchrun, or cuda:N in one process)."""
+    from albertlm.devices import resolve_device
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(f"cuda:{local}" if device == "cuda" else device)
+    enabled = world > 1
+    dev = resolve_device(device, local if enabled else None)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    enabled = world > 1
     if enabled and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
@@ -78,12 +79,14 @@ def any_rank(info: DistInfo, flag: bool) -> bool:
     return bool(all_reduce_sum(info, [float(flag)])[0] > 0)
 
 
-def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False) -> torch.nn.Module:
+def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False,
+               find_unused: bool = False) -> torch.nn.Module:  # fmt: skip
     """DDP (replicated weights) or FSDP2 ``fully_shard`` (sharded weights, grads and optimizer state).
 
     FSDP2 shards the whole model as one unit: ALBERT's shared group is applied L times per forward, and
     one unit keeps that reuse trivially correct while still sharding the optimizer state, which is where
-    a large ALBERT's memory goes.
+    a large ALBERT's memory goes. ``find_unused`` lets DDP reduce a step in which some parameters got no
+    gradient (fine-tuning's heads).
     """
     if not info.enabled:
         return model
@@ -95,7 +98,8 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False) -> to
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [info.local_rank] if info.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    # find_unused: a head that leaves parameters out of the loss (a tagger's pooler) would stall DDP otherwise
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

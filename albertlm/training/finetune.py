@@ -43,6 +43,7 @@ from albertlm.card import update_card
 from albertlm.config import EXIT_HEADS, PRESETS, AlbertConfig
 from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
+from albertlm.devices import DEVICE_HELP, parse_device
 from albertlm.errors import SEED_BOUNDS, DataError, TrainingError, UserError
 from albertlm.files import write_text_atomic
 from albertlm.heads import HEADS
@@ -52,10 +53,11 @@ from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
 from albertlm.tasks.registry import Task, fit_to_data, read_split
 from albertlm.tokenizer import Tokenizer, load_tokenizer
+from albertlm.training.distributed import DistInfo, all_reduce_sum, cleanup, init_distributed
 from albertlm.training.optim import build_optimizer, build_scheduler
-from albertlm.training.precision import autocast as precision_autocast
-from albertlm.training.precision import resolve as resolve_precision
-from albertlm.training.rundir import FINAL_FILES
+from albertlm.training.precision import TRAINING_PRECISIONS
+from albertlm.training.rundir import FINAL_FILES, remove_checkpoints
+from albertlm.training.steps import Stepper, to_device
 from albertlm.training.tracking import Tracker
 
 _log = logging.getLogger(__name__)
@@ -78,8 +80,20 @@ class Settings:
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)", "min": 0})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     precision: str = field(default="auto", metadata={
-        "help": "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX, else fp32), fp32 or bf16; weights stay fp32",
-        "choices": ("auto", "fp32", "bf16")})
+        "help": "auto (bf16 autocast on a GPU or CPU that has bf16, else fp32), fp32, bf16 (autocast) or fp16 "
+                "(autocast + grad scaler, for GPUs without bf16); weights stay fp32", "choices": TRAINING_PRECISIONS})
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP, "parse": parse_device})
+    micro_batch_size: int | None = field(default=None, metadata={
+        "help": "examples per forward on one process (default: the batch split over the processes); smaller "
+                "accumulates gradients over several forwards, the update staying the batch's", "min": 1})
+    clip_norm: float = field(default=1.0, metadata={"help": "global gradient-norm clip", "above": 0})
+    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: on for CUDA, "
+                                                                  "off on CPU)"})
+    max_nonfinite: int = field(default=3, metadata={
+        "help": "steps with a non-finite loss or gradient (each skipped) before the run stops", "min": 1})
+    save_every: int = field(default=1000, metadata={"help": "steps between checkpoints for --resume (0: none)",
+                                                    "min": 0})
+    keep_last: int = field(default=1, metadata={"help": "checkpoints kept (0: all)", "min": 0})
     exits: str | None = field(default=None, metadata={
         "help": "early exits: per-layer (PABEE: a classifier after every layer), shared (the one classifier reads "
                 "every layer; no new parameters) or none (default: the model's own)", "choices": EXIT_HEADS})
@@ -276,17 +290,22 @@ def _dev_or_test(task: Task, data: Path, policy: RowPolicy, train_path: Path) ->
 OUTPUT_FILES = (*FINAL_FILES, "metrics.json", "metrics.jsonl", "tracking.json")
 
 
-def check_out(out: Path, model_arg: str, overwrite: bool) -> None:
+def check_out(out: Path, model_arg: str, overwrite: bool, resume: bool = False) -> None:
     """Refuse an ``out`` that would mix this run with another's model, or replace the model it starts from;
-    only reads the folder (so the CLI calls it before the data is read)."""
+    only reads the folder (so the CLI calls it before the data is read). ``resume`` continues the run there."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory; pick another --out")
     if Path(model_arg).exists() and out.exists() and out.resolve() == Path(model_arg).resolve():
         raise UserError(f"--out {out} is the --model directory: the fine-tuned model would replace the one it "
                         "starts from; choose another --out")
-    found = [n for n in OUTPUT_FILES if (out / n).exists()]
+    if resume:
+        if overwrite:
+            raise UserError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+        return
+    found = [n for n in (*OUTPUT_FILES, CHECKPOINTS) if (out / n).exists()]
     if found and not overwrite:
-        raise UserError(f"--out {out} already holds a model or a run ({', '.join(found)}); replace them with "
+        hint = "continue it with --resume, " if CHECKPOINTS in found else ""
+        raise UserError(f"--out {out} already holds a model or a run ({', '.join(found)}); {hint}replace them with "
                         "--overwrite, or choose another --out")
 
 
@@ -299,95 +318,225 @@ def train(
     s: Settings,
     overwrite: bool = False,
     on_eval: Callable[[int, float | None, float], None] | None = None,
+    resume: bool = False,
 ) -> dict:
     """Fine-tune, evaluating every ``eval_every`` steps (a generic task: every epoch) and at the end; keep
     the model with the best dev score in ``out`` with metrics.jsonl and metrics.json. Returns the metrics of
-    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out).
-    ``on_eval(step, score, train_loss)`` runs after every evaluation (a search prunes a trial by raising)."""
+    the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out), or
+    ``resume``: continue from the newest checkpoint under ``out/checkpoints`` (bitwise exact on the CPU).
+    ``on_eval(step, score, train_loss)`` runs after every evaluation (a search prunes a trial by raising).
+    Under torchrun each process takes its share of every batch (DDP); rank 0 evaluates and writes."""
+    check_out(out, model_arg, overwrite, resume)
+    info = init_distributed(s.device)
+    try:
+        run = FineTuning(task, data, model_arg, tok, out, s, info, on_eval)
+        if resume:
+            run.resume()
+        elif overwrite and info.is_main:  # the previous run's files go only now, when this run writes its own
+            for name in OUTPUT_FILES:
+                (out / name).unlink(missing_ok=True)
+            remove_checkpoints(out / CHECKPOINTS)
+        return run.train()
+    finally:
+        cleanup(info)
+
+
+CHECKPOINTS = "checkpoints"  # in --out: the training state for --resume (never part of the model)
+
+
+class FineTuning:
+    """One fine-tuning run: the model, its features, the step machinery, the kept best; ``train()`` loops."""
+
+    def __init__(self, task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s: Settings,
+                 info: DistInfo, on_eval: Callable | None = None):  # fmt: skip
+        self.data, self.model_arg, self.tok, self.out, self.info = data, model_arg, tok, out, info
+        self.on_eval = on_eval
+        task = data.task or task
+        _seed_everything(s.seed)
+        check_exit_settings(task, s)
+        overrides = {**s.config_overrides, **({"exit_heads": s.exits} if s.exits is not None else {})}
+        model = build_model(task, model_arg, tok, data.labels, overrides)
+        if s.train_exits_only:
+            freeze_all_but_exits(model)
+        self.chosen: dict = {}
+        if task.generic:
+            task, self.chosen = auto_defaults(task, data.train, model, tok, random_init=model_arg in PRESETS)
+        given = {"lr": s.lr, "batch_size": s.batch_size, "epochs": s.epochs if s.max_steps is None else s.max_steps,
+                 "max_seq_length": s.inference.max_seq_length}  # fmt: skip
+        self.s = s = s.resolve(task)
+        self.task = task
+        if self.chosen:
+            named = {k for k, v in given.items() if v is not None}
+            _log.info("settings for your data: %s", _describe(s, self.chosen, named))
+        self.feats = kind_of(task).encode(task, data.train, tok, model.config.label2id, s.inference,
+                                          training=True).features  # fmt: skip
+        self.per_epoch = math.ceil(len(self.feats) / s.batch_size)
+        self.total = s.max_steps if s.max_steps else max(1, math.ceil(s.epochs * self.per_epoch))
+        self.warmup = int(s.warmup * self.total) if s.warmup < 1 else int(min(s.warmup, self.total))
+        self.eval_every = s.eval_every or (self.per_epoch if task.generic else 0)
+        self.micro = s.micro_batch_size or math.ceil(s.batch_size / info.world_size)
+
+        def optimizer(m: torch.nn.Module) -> tuple[Any, Any]:
+            opt = build_optimizer(m, "adamw", s.lr, s.weight_decay)  # frozen parameters (requires_grad off) stay
+            return opt, build_scheduler(opt, self.warmup, self.total)
+
+        self.stepper = Stepper(model, info, s.precision, optimizer, s.clip_norm, s.max_nonfinite, compile=s.compile,
+                               find_unused=True, advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
+                               f"{self.warmup} steps); for a model you converted, check its config.json "
+                               "(layer_norm_eps) and weights")  # fmt: skip
+        self.model = self.stepper.model
+        self.evaluator = Predictor.from_model(self.model, tok, task, s.inference, precision=self.stepper.precision)
+        self.order = random.Random(s.seed)  # the batches' order, epoch after epoch
+        self.step, self.epoch, self.in_epoch, self.elapsed = 0, 0, 0, 0.0
+        self.losses: list[float] = []
+        self.best: dict = {}  # the kept model's score, step and metrics
+
+    # -------------------------------------------------------------- the loop
+    def train(self) -> dict:
+        s, info = self.s, self.info
+        self.out.mkdir(parents=True, exist_ok=True)
+        tracker = Tracker(self.out, s.report_to, name=f"{self.task.name}-{self.out.name}", params=asdict(s),
+                          resumed_step=self.step or None, enabled=info.is_main)  # fmt: skip
+        t0 = time.time() - self.elapsed
+        try:
+            bar = _progress(s.progress and info.is_main, self.task.name, self.step, self.total)
+            while self.step < self.total:
+                epoch_start = self.order.getstate()
+                batches = F.batches(self.feats, s.batch_size, self.order, s.inference.bucketing)
+                for idx in batches[self.in_epoch:]:
+                    self.losses = [*self.losses[-49:], self._step(idx)]
+                    self.step, self.in_epoch = self.step + 1, self.in_epoch + 1
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{np.mean(self.losses[-20:]):.4f}", lr=f"{self.stepper.lr():.2e}")
+                    if self.step == self.total:
+                        self.stepper.check_trained(self.step, "the model was not kept")
+                    if self.step == self.total or (self.eval_every and self.step % self.eval_every == 0):
+                        self._evaluate(tracker, time.time() - t0)
+                    if self.step == self.total:
+                        break
+                    if s.save_every and self.step % s.save_every == 0:
+                        self.elapsed = time.time() - t0
+                        self.save(epoch_start)
+                else:
+                    self.epoch, self.in_epoch = self.epoch + 1, 0
+            bar.close()
+        except BaseException:
+            tracker.finish(failed=True)
+            raise
+        final = _summary(self.task, self.model_arg, self.data, s, self.model, self.feats, self.total, self.per_epoch,
+                         self.warmup, self.stepper.precision, time.time() - t0, self.losses,
+                         self.best or {"step": None, "metrics": {}}, self.chosen)  # (other ranks do not evaluate)
+        final["world_size"] = info.world_size
+        if info.is_main:
+            text = json.dumps({**final, "metrics": metrics.json_ready(final["metrics"])}, indent=2,
+                              ensure_ascii=False)  # NaN -> null
+            write_text_atomic(self.out / "metrics.json", text + "\n")
+            _card(self.out, self.task, self.data, s, self.model_arg, final)
+        tracker.finish(final["metrics"], self.best.get("step"))
+        return final
+
+    def _step(self, idx: list[int]) -> float:
+        """One update on the global batch ``idx``: this process's share, in micro-batches weighted so that
+        the gradient is the batch mean's whatever the processes and accumulation; returns the batch's loss."""
+        info, stepper = self.info, self.stepper
+        mine = idx[info.rank :: info.world_size]
+        scale = info.world_size / len(idx)  # DDP averages over the processes: their sum is the batch mean
+        if not mine:  # a last batch smaller than the processes: this one still joins the all-reduce
+            mine, scale = idx[:1], 0.0
+        chunks = [mine[i : i + self.micro] for i in range(0, len(mine), self.micro)]
+        self.model.train()
+        loss_sum = 0.0
+        for i, chunk in enumerate(chunks):
+            batch = to_device(F.collate([self.feats[j] for j in chunk], self.tok.pad_id), info.device)
+            with stepper.sync(i, len(chunks)):
+                with stepper.autocast():
+                    loss = stepper.forward(**batch).loss
+                stepper.backward(loss, len(chunk) * scale)
+            loss_sum += float(loss.detach()) * len(chunk) * scale / info.world_size
+        loss_sum = all_reduce_sum(info, [loss_sum])[0]
+        stepper.apply(loss_sum)
+        return loss_sum
+
+    def _evaluate(self, tracker: Tracker, elapsed: float) -> None:
+        """Score on the dev set (rank 0), log, keep the model if it is the best so far."""
+        step, s = self.step, self.s
+        if self.info.is_main:
+            result = self.evaluator.evaluate(self.data.eval)[0] if self.data.eval else {}
+            row = {"step": step, "epoch": step / self.per_epoch, "train_loss": float(np.mean(self.losses[-50:])),
+                   "lr": self.stepper.lr(), "elapsed_s": elapsed, **result}  # fmt: skip
+            tracker.log(row, split="eval")
+            _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+            score = _main_score(self.task, result)
+            best = self.best
+            if not best or score is None or best["score"] is None or score > best["score"]:
+                # the tokenizer once; a better model later replaces only config.json and the weights
+                _save_best(self.model, None if best else self.tok, self.out, self.task, s, step, result)
+                self.best = {"score": score, "step": step, "metrics": result}
+            if self.on_eval is not None:
+                self.on_eval(step, score, row["train_loss"])
+        if self.info.enabled:
+            torch.distributed.barrier()
+
+    # -------------------------------------------------------------- checkpoints
+    def settings(self) -> dict[str, Any]:
+        """What a resumed run must share with the one it continues (the progress bar and trackers may change)."""
+        settings = json.loads(json.dumps(asdict(self.s), default=str))
+        for name in ("progress", "report_to", "save_every", "keep_last", "device"):
+            settings.pop(name, None)
+        return {"task": self.task.name, "model": self.model_arg, "train_file": self.data.train_path, **settings}
+
+    def save(self, epoch_start: tuple) -> None:
+        from albertlm.training import checkpoint as ckpt
+
+        st = self.stepper
+        state = {"model": self.model.state_dict(), "model_config": self.model.config,
+                 "architecture": type(self.model).__name__, "optimizer": st.optimizer.state_dict(),
+                 "scheduler": st.scheduler.state_dict(), "scaler": st.scaler.state_dict() if st.scaler.is_enabled()
+                 else None, "rng": ckpt.rng_state(), "host_rng": ckpt.host_rng_state(),
+                 "order_rng": [epoch_start[0], list(epoch_start[1]), epoch_start[2]],
+                 "step": self.step, "epoch": self.epoch, "step_in_epoch": self.in_epoch, "nonfinite": st.nonfinite,
+                 "tokens_seen": 0, "world_size": self.info.world_size, "global_batch_size": self.s.batch_size,
+                 "losses": self.losses, "best": self.best, "elapsed": self.elapsed, "config": self.settings()}
+        ckpt.save_training_state(self.out / CHECKPOINTS, state, self.info, self.s.keep_last)  # fmt: skip
+
+    def resume(self) -> None:
+        """Continue from the newest valid checkpoint in ``out/checkpoints``; one line when there is none or
+        it was written with other settings."""
+        from albertlm.hf import load_into
+        from albertlm.training import checkpoint as ckpt
+
+        root = self.out / CHECKPOINTS
+        state = ckpt.load_training_state(root, self.info, None)
+        if state is None:
+            raise TrainingError(f"--resume: no valid checkpoint under {root}; start afresh with --overwrite "
+                                "(checkpoints are written every --save-every steps)")  # fmt: skip
+        where, now = state["path"], self.settings()
+        changed = sorted(k for k in {*now, *state["config"]} if now.get(k) != state["config"].get(k))
+        if changed:
+            raise TrainingError(f"--resume: {where} was written with other settings ({', '.join(changed)}); resume "
+                                "with the same ones, or start afresh with --overwrite")  # fmt: skip
+        load_into(self.model, state["model"], source=str(where))
+        st = self.stepper
+        st.optimizer.load_state_dict(state["optimizer"])
+        st.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler") is not None:
+            st.scaler.load_state_dict(state["scaler"])
+        st.nonfinite = state["nonfinite"]
+        self.step, self.epoch, self.in_epoch = state["step"], state["epoch"], state["step_in_epoch"]
+        self.losses, self.best, self.elapsed = state["losses"], state["best"], state["elapsed"]
+        v, internal, gauss = state["order_rng"]
+        self.order.setstate((v, tuple(internal), gauss))
+        ckpt.set_host_rng_state(state["host_rng"])
+        if state["rng"] is not None:
+            ckpt.set_rng_state(state["rng"])
+        if self.info.is_main:
+            _log.info("resumed from %s at step %d", where, self.step)
+
+
+def _progress(enabled: bool, name: str, initial: int, total: int):  # noqa: ANN202
     from tqdm import tqdm
 
-    check_out(out, model_arg, overwrite)
-    task = data.task or task
-    _seed_everything(s.seed)
-    check_exit_settings(task, s)
-    overrides = {**s.config_overrides, **({"exit_heads": s.exits} if s.exits is not None else {})}
-    model = build_model(task, model_arg, tok, data.labels, overrides)
-    if s.train_exits_only:
-        freeze_all_but_exits(model)
-    chosen: dict = {}
-    if task.generic:
-        task, chosen = auto_defaults(task, data.train, model, tok, random_init=model_arg in PRESETS)
-    given = {"lr": s.lr, "batch_size": s.batch_size, "epochs": s.epochs if s.max_steps is None else s.max_steps,
-             "max_seq_length": s.inference.max_seq_length}  # fmt: skip
-    s = s.resolve(task)
-    if chosen:
-        _log.info("settings for your data: %s", _describe(s, chosen, {k for k, v in given.items() if v is not None}))
-    kind = kind_of(task)
-    feats = kind.encode(task, data.train, tok, model.config.label2id, s.inference, training=True).features
-    precision = resolve_precision(s.precision, "cpu")
-    evaluator = Predictor.from_model(model, tok, task, s.inference, precision=precision)
-    per_epoch = math.ceil(len(feats) / s.batch_size)
-    total = s.max_steps if s.max_steps else max(1, math.ceil(s.epochs * per_epoch))
-    warmup = int(s.warmup * total) if s.warmup < 1 else int(min(s.warmup, total))
-    eval_every = s.eval_every or (per_epoch if task.generic else 0)
-    opt = build_optimizer(model, "adamw", s.lr, s.weight_decay)  # frozen parameters (requires_grad off) stay
-    sched = build_scheduler(opt, warmup, total)
-    if overwrite:  # the previous run's files go only now, when this run is about to write its own
-        for name in OUTPUT_FILES:
-            (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    tracker = Tracker(out, s.report_to, name=f"{task.name}-{out.name}", params=asdict(s))
-    rng = random.Random(s.seed)
-    step, t0, losses = 0, time.time(), []
-    result: dict = {}
-    best: dict = {}  # the kept model's metrics and step
-    try:
-        bar = tqdm(total=total, desc=f"finetune {task.name}", disable=not s.progress, unit="step")
-        while step < total:
-            for idx in F.batches(feats, s.batch_size, rng, s.inference.bucketing):
-                model.train()
-                batch = F.collate([feats[i] for i in idx], tok.pad_id)
-                with precision_autocast(precision, "cpu"):
-                    loss = model(**batch).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-                step += 1
-                losses.append(loss.item())
-                if not math.isfinite(losses[-1]):  # every later step would be NaN too: stop rather than save it
-                    raise TrainingError(f"step {step}: the training loss is {losses[-1]}; lower --lr, or check the "
-                                        "model's config.json (layer_norm_eps) and weights")
-                bar.update(1)
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-                if step == total or (eval_every and step % eval_every == 0):
-                    result = evaluator.evaluate(data.eval)[0] if data.eval else {}
-                    row = {"step": step, "epoch": step / per_epoch, "train_loss": float(np.mean(losses[-50:])),
-                           "lr": sched.get_last_lr()[0], "elapsed_s": time.time() - t0, **result}  # fmt: skip
-                    tracker.log(row, split="eval")
-                    _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
-                    score = _main_score(task, result)
-                    if not best or score is None or best["score"] is None or score > best["score"]:
-                        # the tokenizer once; a better model later replaces only config.json and the weights
-                        _save_best(model, None if best else tok, out, task, s, step, result)
-                        best = {"score": score, "step": step, "metrics": result}
-                    if on_eval is not None:
-                        on_eval(step, score, row["train_loss"])
-                if step == total:
-                    break
-    except BaseException:
-        tracker.finish(failed=True)
-        raise
-    bar.close()
-    result = best["metrics"]
-    final = _summary(task, model_arg, data, s, model, feats, total, per_epoch, warmup, precision, time.time() - t0,
-                     losses, best, chosen)  # fmt: skip
-    text = json.dumps({**final, "metrics": metrics.json_ready(result)}, indent=2, ensure_ascii=False)  # NaN -> null
-    write_text_atomic(out / "metrics.json", text + "\n")
-    _card(out, task, data, s, model_arg, final)
-    tracker.finish(result, best["step"])
-    return final
+    return tqdm(total=total, initial=initial, desc=f"finetune {name}", disable=not enabled, unit="step")
 
 
 def _seed_everything(seed: int) -> None:

@@ -13,10 +13,8 @@ step within epoch), which with the saved RNG states makes ``--resume`` bitwise e
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ import torch
 
 from albertlm.card import update_card
 from albertlm.config import AlbertConfig
+from albertlm.devices import DEVICE_HELP, parse_device
 from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
@@ -35,16 +34,14 @@ from albertlm.training import rundir
 from albertlm.training.distributed import (
     DistInfo,
     all_reduce_sum,
-    any_rank,
     cleanup,
     init_distributed,
     print0,
-    wrap_model,
 )
 from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
-from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
+from albertlm.training.steps import Stepper, to_device
 from albertlm.training.tracking import Tracker, parse_report_to
 
 _log = logging.getLogger(__name__)
@@ -93,7 +90,7 @@ class PretrainConfig:
     keep_last: int = _opt(2, "checkpoints kept (0: all)", min=0)
     max_nonfinite: int = _opt(20, "skipped steps with a non-finite loss or gradient before the run stops; a run "
                                   "whose last min(N, steps) updates were all skipped fails", min=1)
-    device: str | None = _opt(None, "cpu or cuda (default: cuda when available)", choices=("cpu", "cuda"))
+    device: str = _opt("auto", DEVICE_HELP, parse=parse_device)
     peak_tflops: float | None = _opt(None, "peak TFLOP/s for MFU (default: the GPU's from a table; no MFU on CPU)",
                                      above=0)
     report_to: str = _opt("jsonl", "where metrics go besides metrics.jsonl: a comma-separated list of none, jsonl, "
@@ -192,7 +189,8 @@ def make_collator(cfg: PretrainConfig, dataset, max_len: int):
 
     if cfg.pack:
         return PackingCollator(max_len, pad_id=dataset.pad_id)
-    return PretrainingCollator(pad_id=dataset.pad_id, pad_to_multiple_of=8 if cfg.device == "cuda" else None)
+    cuda = cfg.device.startswith("cuda")
+    return PretrainingCollator(pad_id=dataset.pad_id, pad_to_multiple_of=8 if cuda else None)
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -309,7 +307,7 @@ class Run:
 
         self.cfg = cfg
         self.info = info = init_distributed(cfg.device)
-        cfg.device = info.device.type
+        cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
         cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
         self.out = Path(cfg.out)
@@ -344,20 +342,35 @@ class Run:
             self.model = AlbertForPreTraining(config)
         self.config = self.model.config
         self.model.albert.encoder.gradient_checkpointing = cfg.activation_checkpointing
-        self.model.to(info.device).train()
-        # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
-        self.wrapped = wrap_model(self.model, info, cfg.fsdp)
-        self.optimizer = build_optimizer(self.model, cfg.optimizer, cfg.peak_lr, cfg.weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.max_steps, cfg.lr_schedule)
-        self.scaler = torch.amp.GradScaler(info.device.type, enabled=cfg.precision == "fp16")
+        self.model.train()
+
+        def optimizer(model):
+            opt = build_optimizer(model, cfg.optimizer, cfg.peak_lr, cfg.weight_decay)
+            return opt, build_scheduler(opt, cfg.warmup, cfg.max_steps, cfg.lr_schedule)
+
+        self.stepper = Stepper(self.model, info, cfg.precision, optimizer, cfg.clip_norm, cfg.max_nonfinite,
+                               cfg.fsdp, cfg.compile)  # fmt: skip
+        self.wrapped, self.optimizer, self.scheduler = (self.stepper.wrapped, self.stepper.optimizer,
+                                                        self.stepper.scheduler)  # (the state's parts)
         self.collate = make_collator(cfg, self.dataset, max_len)
-        self.step, self.nonfinite, self.tokens_seen = 0, 0, 0
-        self.skipped_in_a_row = 0  # updates skipped since the last one applied (not saved: a resume restarts it)
+        self.step, self.tokens_seen = 0, 0
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
 
     # -------------------------------------------------------------- state
     def autocast(self):
-        return precision_autocast(self.cfg.precision, self.info.device)
+        return self.stepper.autocast()
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler:
+        return self.stepper.scaler
+
+    @property
+    def nonfinite(self) -> int:
+        return self.stepper.nonfinite
+
+    @nonfinite.setter
+    def nonfinite(self, n: int) -> None:
+        self.stepper.nonfinite = n
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint's state into this run; False when there is none."""
@@ -431,10 +444,7 @@ class Run:
         self.out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
             rundir.write_config(cfg, self.out, self.run_id)
-        model = self.wrapped
-        use_compile = cfg.compile if cfg.compile is not None else info.device.type == "cuda"
-        if use_compile:
-            model = torch.compile(model)
+        model = self.stepper.forward
         metrics = Tracker(self.out, cfg.report_to, name=self.out.name, params=dataclasses.asdict(cfg),
                           resumed_step=self.step if self.step else None, enabled=info.is_main)
         peak, peak_src = peak_flops(cfg, info)
@@ -467,10 +477,7 @@ class Run:
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self.save()
         bar.close()
-        if self.skipped_in_a_row and self.skipped_in_a_row >= min(cfg.max_nonfinite, self.step):
-            raise TrainingError(f"the last {self.skipped_in_a_row} updates were all skipped (non-finite loss or "
-                                "gradient), so the model did not train; final/ was not written. Lower --lr, use "
-                                "--precision fp32 or bf16, or check the data")
+        self.stepper.check_trained(self.step)
         final = self.out / "final"
         model_sd, _ = self.full_state()  # a collective under FSDP: every rank takes part
         if info.is_main:
@@ -488,19 +495,16 @@ class Run:
                 "metrics": str(metrics.path), "nonfinite_steps": self.nonfinite, **last_valid}
 
     def _one_step(self, model) -> tuple[dict[str, float], float, int, bool]:
-        cfg, info = self.cfg, self.info
+        info, stepper = self.info, self.stepper
         micro = self.batches.next()
         sums: dict[str, float] = {}
         flops, tokens = 0.0, 0
         for i, indices in enumerate(micro):
             cpu_batch = self.collate([self.dataset[j] for j in indices])
-            batch = {k: v.to(info.device, non_blocking=True) for k, v in cpu_batch.items()}
-            sync = contextlib.nullcontext()
-            if info.enabled and not cfg.fsdp and i < len(micro) - 1:
-                sync = model.no_sync()  # all-reduce once per step, on the last micro-batch
-            with sync:
+            batch = to_device(cpu_batch, info.device)
+            with stepper.sync(i, len(micro)):
                 loss, s = micro_step(model, batch, self.autocast, self.dataset.special.mask_id)
-                self.scaler.scale(loss / len(micro)).backward()
+                stepper.backward(loss, 1 / len(micro))  # the step's gradient: the mean over its micro-batches
             for k, v in s.items():
                 sums[k] = sums.get(k, 0.0) + v
             sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / len(micro)
@@ -508,29 +512,9 @@ class Run:
             am = batch.get("attention_mask")
             real = am.sum() if am is not None and am.dim() == 2 else (batch["input_ids"] != self.dataset.pad_id).sum()
             tokens += int(real)
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-            grad_norm = grad_norm.full_tensor()
-        bad = any_rank(info, not (math.isfinite(sums["loss"]) and torch.isfinite(grad_norm).item()))
-        if bad and not self.scaler.is_enabled():
-            self.nonfinite += 1
-            self.skipped_in_a_row += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            print0(info, f"step {self.step + 1}: non-finite loss or gradient, update skipped "
-                         f"({self.nonfinite}/{cfg.max_nonfinite})")
-            if self.nonfinite >= cfg.max_nonfinite:
-                raise TrainingError(f"{self.nonfinite} steps with a non-finite loss or gradient; stopping without "
-                                    "saving. Lower --lr, use --precision fp32 or bf16, or check the data")
-        else:
-            self.skipped_in_a_row = 0
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        sums["grad_norm"] = float(grad_norm)
+        applied, sums["grad_norm"] = stepper.apply(sums["loss"])
         self.tokens_seen += tokens * info.world_size
-        return sums, flops * info.world_size, tokens * info.world_size, not bad
+        return sums, flops * info.world_size, tokens * info.world_size, applied
 
     def _summarize(self, w: dict[str, float], seconds: float, peak: float) -> dict[str, Any]:
         steps = w["steps"]
@@ -566,6 +550,8 @@ def load_run_config(out: str | Path) -> PretrainConfig:
 
     saved, _ = rundir.read_config(out)
     saved.setdefault("lr_schedule", "linear")  # runs saved before the field existed used this one
+    if saved.get("device") is None:  # runs saved before --device auto
+        saved["device"] = "auto"
     if saved.pop("tensorboard", False):  # runs saved before --report-to
         saved.setdefault("report_to", "tensorboard")
     fields = {f.name for f in dataclasses.fields(PretrainConfig)}

@@ -104,20 +104,30 @@ def prepare(run_dir: Path, resume: bool, overwrite: bool) -> str:
     return uuid.uuid4().hex
 
 
+def remove_checkpoints(ckpts: Path) -> None:
+    """Delete the checkpoint folders runs recorded writing under ``ckpts`` (and their temp folders), nothing
+    else; the folder itself goes only when that leaves it empty."""
+    if not ckpts.is_dir():
+        return
+    from albertlm.training import checkpoint
+
+    ours = checkpoint.written(ckpts)  # the folders runs here recorded writing, and nothing else
+    for p in ckpts.iterdir():
+        if p.is_dir() and (p.name in ours or checkpoint.TMP_NAME.fullmatch(p.name)):
+            shutil.rmtree(p)
+    (ckpts / checkpoint.WRITTEN).unlink(missing_ok=True)
+    try:
+        ckpts.rmdir()
+    except OSError:
+        pass
+
+
 def remove_previous_run(run_dir: Path) -> None:
     """Delete what a previous run wrote into ``run_dir`` (and nothing else: other files stay, and so do the
     folders holding them)."""
     for name in RUN_FILES:
         (run_dir / name).unlink(missing_ok=True)
-    ckpts = run_dir / "checkpoints"
-    if ckpts.is_dir():
-        from albertlm.training import checkpoint
-
-        ours = checkpoint.written(ckpts)  # the folders runs here recorded writing, and nothing else
-        for p in ckpts.iterdir():
-            if p.is_dir() and (p.name in ours or checkpoint.TMP_NAME.fullmatch(p.name)):
-                shutil.rmtree(p)
-        (ckpts / checkpoint.WRITTEN).unlink(missing_ok=True)
+    remove_checkpoints(run_dir / "checkpoints")
     final = run_dir / "final"
     for name in FINAL_FILES:
         if final.is_dir():

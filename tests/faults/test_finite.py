@@ -108,5 +108,5 @@ def test_a_finetune_whose_loss_is_nan_fails(nan_model, tok_dir, tmp_path, capsys
     data = tiny_sst2_data(tmp_path / "sst")
     code = main(["finetune", "--task", "sst2", "--data", str(data), "--model", str(nan_model), "--out",
                  str(tmp_path / "o"), *FAST])  # fmt: skip
-    refused(capsys, code, "training loss is nan")
+    refused(capsys, code, "non-finite loss or gradient")
     assert not (tmp_path / "o" / "model.safetensors").exists()
