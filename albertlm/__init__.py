@@ -3,8 +3,12 @@
     from albertlm import AlbertConfig, AlbertForPreTraining
     model = AlbertForPreTraining(AlbertConfig.from_preset("albert-base-v2"))
     model = AlbertForSequenceClassification.from_pretrained("path/to/hf_dir")
+
+    albertlm.finetune("sst2", "data/glue_sst2", "runs/pretrain/final", "runs/sst2")   # what `albertlm finetune` does
+    albertlm.predict("runs/sst2", ["a charming film"])                                 # or albertlm.load(...)(texts)
 """
 
+from albertlm.api import finetune, load, predict
 from albertlm.config import PRESETS, AlbertConfig
 from albertlm.heads import (
     AlbertForMaskedLM,
@@ -32,4 +36,7 @@ __all__ = [
     "AlbertForQuestionAnsweringV2",
     "AlbertForMultipleChoice",
     "group_index",
+    "finetune",
+    "load",
+    "predict",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from albertlm.commands import flags
-from albertlm.errors import UserError
 
 # older flag names kept working: serve's --max-length / --max-batch-size
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
@@ -31,21 +30,10 @@ def add_user_data_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) 
 
 def user_data(args: argparse.Namespace, task):  # noqa: ANN001, ANN201
     """The task with the column flags given (over the ones a model saved); for the generic tasks only."""
-    from dataclasses import replace
+    from albertlm.commands.flags import values
+    from albertlm.tasks.generic import UserData, with_columns
 
-    from albertlm.commands.flags import build, values
-    from albertlm.tasks import generic
-    from albertlm.tasks.generic import GENERIC, UserData
-
-    given = values(args, UserData)
-    if not task.generic:
-        if given:
-            flag = "--" + next(iter(given)).replace("_", "-")
-            raise UserError(f"{flag} is for your own data (--task {', '.join(GENERIC)}); task {task.name} has its "
-                            "own file format")  # fmt: skip
-        return task
-    data = build(args, UserData, base=task.columns)
-    return replace(task, columns=data, reader=generic.reader(task.name, data))
+    return with_columns(task, values(args, UserData))
 
 
 def add_inference_flags(p: argparse.ArgumentParser) -> None:
@@ -57,33 +45,33 @@ def add_inference_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    """How a model is run: shared by evaluate, predict and serve."""
-    from albertlm.deploy.inference import ENGINE_PRECISIONS, ENGINES
+    """How a model is run (``EngineSettings``): shared by evaluate, predict and serve."""
+    from albertlm.commands.flags import add_flags
+    from albertlm.deploy.inference import EngineSettings
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
-    p.add_argument("--engine", choices=ENGINES, default="torch",
-                   help="torch, or onnx / openvino: --model is then a folder written by `albertlm export` "
-                        "(onnx runs its int8 graph if present; openvino its static int8 file if present, else "
-                        "the fp32 graph, in bf16 where the CPU has it, else f32)")  # fmt: skip
-    p.add_argument("--precision", choices=ENGINE_PRECISIONS, default="auto",
-                   help="what the engine computes in. auto: onnx and openvino use the export's int8 when it has "
-                        "one; torch and openvino otherwise bf16 where the CPU has AVX-512 BF16 / AMX, else fp32. "
-                        "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx and openvino "
-                        "(default: auto)")  # fmt: skip
+    add_flags(p, EngineSettings)
     p.add_argument("--fp32", dest="precision", action="store_const", const="fp32",
                    help="same as --precision fp32 (older name)")
-    p.add_argument("--threads", type=flags.count, default=None, help="intra-op threads (default: all cores)")
+
+
+def engine_settings(args: argparse.Namespace):  # noqa: ANN201
+    from albertlm.commands.flags import build
+    from albertlm.deploy.inference import EngineSettings
+
+    return build(args, EngineSettings)
 
 
 def load_predictor(args: argparse.Namespace):  # noqa: ANN201
-    """The Predictor for --model / --engine / --task / --tokenizer and the inference flags given."""
+    """The Predictor for --model / --task / --tokenizer, the engine flags and the inference flags given."""
     from albertlm.commands.flags import values
     from albertlm.deploy.inference import Predictor
     from albertlm.tasks.kinds import InferenceSettings
 
-    return Predictor.load(args.model, engine=args.engine, threads=args.threads, tokenizer=args.tokenizer,
+    e = engine_settings(args)
+    return Predictor.load(args.model, engine=e.engine, threads=e.threads, tokenizer=args.tokenizer,
                           task=getattr(args, "task", None), overrides=values(args, InferenceSettings),
-                          precision=args.precision)  # fmt: skip
+                          precision=e.precision, device=e.device)  # fmt: skip
 
 
 def row_policy(args: argparse.Namespace):  # noqa: ANN201

@@ -18,6 +18,7 @@ from albertlm.commands.common import (
     add_engine_flags,
     add_inference_flags,
     add_user_data_flags,
+    engine_settings,
     load_predictor,
     note_skips,
     row_policy,
@@ -60,7 +61,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         refuse_model_dir(args.out, "its metrics.json is the fine-tuning's: write the evaluation to another --out")
     if args.exit_sweep and not args.out:
         raise UserError("--exit-sweep writes exit_sweep.json / .md / .png: add --out DIR")
-    if args.save_exit_rule and args.engine != "torch":
+    if args.save_exit_rule and engine_settings(args).engine != "torch":
         raise UserError("--save-exit-rule writes into a model folder (--engine torch); an export takes the rule the "
                         "model had when it was exported: save it on the model, then export again")  # fmt: skip
     predictor = load_predictor(args)
@@ -122,10 +123,11 @@ def _exit_sweep(args: argparse.Namespace, predictor, examples: list, path: Path)
               f"{row['latency_ms']:.2f} ms at batch 1, {row['throughput']:.0f} inputs/s", file=sys.stderr)
 
     rows = exit_sweep.sweep(predictor, examples, progress=progress)
-    title = (f"{predictor.task.name}: {len(examples)} examples of {path}, engine {args.engine} "
+    title = (f"{predictor.task.name}: {len(examples)} examples of {path}, engine {predictor.engine.name} "
              f"({predictor.engine.precision}), {predictor.config.num_hidden_layers} layers")  # fmt: skip
-    info = {"model": args.model, "data": str(path), "engine": args.engine, "precision": predictor.engine.precision,
-            "threads": args.threads, "examples": len(examples)}  # fmt: skip
+    info = {"model": args.model, "data": str(path), "engine": predictor.engine.name,
+            "precision": predictor.engine.precision, "threads": engine_settings(args).threads,
+            "examples": len(examples)}  # fmt: skip
     files = exit_sweep.write(rows, Path(args.out), title, info)
     sys.stdout.write(exit_sweep.table(rows))
     print(f"swept {len(rows)} exit rules; wrote {', '.join(str(f) for f in files)}; save one with: albertlm "

@@ -5,6 +5,8 @@ albertlm finetune --task sst2 --data shared/data/glue_sst2 --model albert-tiny -
 albertlm finetune --task squad --data shared/data/squad_v1.1 --model runs/pretrain/ckpt --out runs/ft/squad
 albertlm finetune --task classification --data reviews.csv --text-column review --label-column stars \\
     --model runs/pretrain/ckpt --out runs/mine                       # your own data (generic tasks)
+albertlm finetune ... --out runs/ft/squad --resume                   # continue from its newest checkpoint
+torchrun --nproc_per_node 4 -m albertlm finetune ...                  # 4 GPUs (DDP), the same global --batch-size
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_user_data_flags, note_skips, row_policy, user_data
+from albertlm.commands.common import add_inference_flags, add_user_data_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--out", required=True, help="output directory: model, tokenizer, metrics")
     ft.add_argument("--overwrite", action="store_true",
                     help="replace the model and metrics an earlier run left in --out (other files stay)")
+    ft.add_argument("--resume", action="store_true",
+                    help="continue the run in --out from its newest checkpoint (see --save-every), with the same "
+                         "settings; bitwise exact on the CPU")  # fmt: skip
     ft.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
     ft.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
     ft.add_argument("--holdout", type=flags.limit, default=0, help="evaluate on the last N training examples instead")
@@ -57,43 +62,36 @@ def _settings(args: argparse.Namespace):
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from albertlm.commands.flags import build
-    from albertlm.tasks import get_task
-    from albertlm.training.finetune import check_exit_settings, check_out, load_data, resolve_tokenizer, train
-    from albertlm.training.search import STUDY_FILE, SearchSettings, check_search, search
-    from albertlm.training.tracking import parse_report_to
+    import os
+
+    from albertlm.api import finetune
+    from albertlm.commands.flags import build, values
+    from albertlm.tasks.generic import UserData
+    from albertlm.training.search import SearchSettings
 
     ss = build(args, SearchSettings)
-    if not (ss.search and (Path(args.out) / STUDY_FILE).exists()):  # (a search's own folder resumes it)
-        check_out(Path(args.out), args.model, args.overwrite)  # before the data is read: a used --out fails at once
-    task = user_data(args, get_task(args.task))
-    s = _settings(args)
-    check_exit_settings(task, s)
-    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
-    if ss.search:
-        check_search(ss, args.model, s.config_overrides)
-    policy = row_policy(args)
-    tok = resolve_tokenizer(args.model, args.tokenizer)
-    data = load_data(task, args.data, policy, args.train_file, args.eval_file, args.holdout, args.limit_train,
-                     args.limit_eval, s.seed)  # fmt: skip
-    note_skips(policy, print)
+    result = finetune(args.task, args.data, args.model, args.out, tokenizer=args.tokenizer, settings=_settings(args),
+                      columns=values(args, UserData), train_file=args.train_file, eval_file=args.eval_file,
+                      holdout=args.holdout, limit_train=args.limit_train, limit_eval=args.limit_eval,
+                      skip_bad_rows=args.skip_bad_rows, overwrite=args.overwrite, resume=args.resume,
+                      search=ss if ss.search else None)  # fmt: skip
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
+        return 0
+    skipped = result["skipped_rows"]
+    if skipped["count"]:
+        print(f"skipped {skipped['count']} bad rows (first: {skipped['first']})")
     out = Path(args.out)
     if ss.search:
-        result = search(task, data, args.model, tok, out, s, ss, overwrite=args.overwrite)
         sd = result["seeds"]
-        print(f"searched {len(result['trials'])} trials for {task.name}; best trial {result['best_trial']['number']} "
-              f"over {len(sd['scores'])} seeds: {result['metric']} mean {sd['mean']:.4f}, stdev {sd['stdev']:.4f} "
-              f"(best seed {sd['best_seed']}: {sd['max']:.4f}, kept as the model in {out}); wrote "
-              f"{out / 'search.md'}, search.json, search.png")  # fmt: skip
+        print(f"searched {len(result['trials'])} trials for {result['task']}; best trial "
+              f"{result['best_trial']['number']} over {len(sd['scores'])} seeds: {result['metric']} mean "
+              f"{sd['mean']:.4f}, stdev {sd['stdev']:.4f} (best seed {sd['best_seed']}: {sd['max']:.4f}, kept as the "
+              f"model in {out}); wrote {out / 'search.md'}, search.json, search.png")  # fmt: skip
         return 0
-    final = train(task, data, args.model, tok, out, s, overwrite=args.overwrite)
-    task = data.task or task
-    m = final["metrics"]
-    main = task.main_metric if task.main_metric in m else next(iter(m), None)
+    m = result["metrics"]
+    main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
     shown = f"{main}={m[main]:.4f}" if main else "no eval"
-    kept = f" (kept the model of step {final['best_step']})" if final["best_step"] != final["steps"] else ""
-    print(
-        f"fine-tuned {task.name} for {final['steps']} steps ({final['train_seconds']:.0f}s): {shown} on "
-        f"{final['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}"
-    )
+    kept = f" (kept the model of step {result['best_step']})" if result["best_step"] != result["steps"] else ""
+    print(f"fine-tuned {result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
+          f"{result['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}")
     return 0

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(predictor, args.max_items, args.max_request_bytes, batching, allowed_hosts=hosts,
                          cors_origins=origins)  # fmt: skip
         port = sock.getsockname()[1]
-        print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({args.engine}) on "
+        print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({predictor.engine.name}) on "
               f"http://{args.host}:{port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
               f"{batching.max_batch} inputs within {batching.batch_window_ms:g} ms); Ctrl-C stops", flush=True)
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

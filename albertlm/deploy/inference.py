@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
+from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
 from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError
 from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
@@ -47,6 +48,25 @@ MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
 OPENVINO_INT8 = "openvino_int8"  # deploy.json's key for the NNCF-quantized OpenVINO IR, when exported
 ENGINES = ("torch", "onnx", "openvino")
 ENGINE_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
+
+
+@dataclass
+class EngineSettings:
+    """How a model is run (evaluate, predict, serve and the Python ``load`` share these)."""
+
+    engine: str = field(default="torch", metadata={
+        "help": "torch, or onnx / openvino: --model is then a folder written by `albertlm export` (onnx runs its "
+                "int8 graph if present; openvino its static int8 file if present, else the fp32 graph, in bf16 "
+                "where the CPU has it, else f32)", "choices": ENGINES})
+    precision: str = field(default="auto", metadata={
+        "help": "what the engine computes in. auto: onnx and openvino use the export's int8 when it has one; "
+                "torch and openvino otherwise bf16 where the GPU or CPU has it (AVX-512 BF16 / AMX), else fp32. "
+                "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx and openvino",
+        "choices": ENGINE_PRECISIONS})
+    device: str = field(default="auto", metadata={
+        "help": DEVICE_HELP + "; the torch engine's (onnx and openvino exports run on the CPU)", "parse": parse_device})
+    threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)",
+                                                        "min": 1})
 # What needs an optional module and how to install it; every module not named here is in the deploy extra.
 INSTALL = {"openvino": ("--engine openvino", "pip install 'albertlm[openvino]'"),
            "nncf": ("OpenVINO int8 (--calibration)", "pip install 'albertlm[openvino]'")}
@@ -102,13 +122,14 @@ class TorchEngine:
         self.can_exit = isinstance(model, ExitHeads) and model.has_exits
 
     @classmethod
-    def load(cls, directory: str | Path, threads: int | None = None, precision: str = "auto") -> TorchEngine:
+    def load(cls, directory: str | Path, threads: int | None = None, precision: str = "auto",
+             device: str = "auto") -> TorchEngine:  # fmt: skip
         if threads:
             torch.set_num_threads(threads)
         if (Path(directory) / MANIFEST_FILE).is_file():
             raise UserError(f"{directory} is an `albertlm export` folder (it has {MANIFEST_FILE}); use --engine onnx "
                             "or openvino")  # fmt: skip
-        return cls(load_torch_model(directory), precision)
+        return cls(load_torch_model(directory).to(resolve_device(device)), precision)
 
     @contextlib.contextmanager
     def _running(self):
@@ -122,8 +143,10 @@ class TorchEngine:
             self.model.train(was_training)
 
     def _inputs(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        return {k: torch.as_tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()
-                if k in self.head.inputs}  # fmt: skip
+        cpu = {k: torch.as_tensor(v, dtype=torch.long) for k, v in batch.items() if k in self.head.inputs}
+        if self.device.type != "cuda":
+            return cpu
+        return {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in cpu.items()}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._running():
@@ -382,14 +405,15 @@ Engine = TorchEngine | OnnxEngine | OpenVinoEngine
 
 
 def load_engine(directory: str | Path, engine: str = "torch", threads: int | None = None,
-                precision: str = "auto") -> Engine:  # fmt: skip
+                precision: str = "auto", device: str = "auto") -> Engine:  # fmt: skip
     """``engine="torch"`` reads an HF-layout model dir; ``"onnx"`` and ``"openvino"`` an exported dir.
 
     ``precision`` is the one knob for every engine: ``auto`` (torch: bf16 where the CPU computes it
     natively, else fp32; onnx: the int8 graph when the export has one; openvino: its int8 file when the
     export has one, else as torch), ``fp32`` (always possible), ``bf16`` (torch, openvino) or ``int8``
     (onnx, openvino; an export made with --quantize int8, and --calibration for openvino). A precision an
-    engine lacks is an error.
+    engine lacks is an error. ``device`` (``albertlm.devices``) places the torch engine; the exports run on the
+    CPU, so a GPU asked of them is an error.
     """
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
@@ -400,11 +424,14 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
         hint = "int8 runs on an export: --engine onnx or openvino" if lacks == "int8" else (
             "onnxruntime has no bf16 CPU kernels for this graph; bf16 runs on --engine openvino or torch")
         raise UserError(f"--engine {engine} has no {precision}: {hint}")
+    if engine != "torch" and parse_device(device).startswith("cuda"):
+        raise UserError(f"--device {device}: --engine {engine} runs exports on the CPU here; use --engine torch on "
+                        "the model folder for the GPU")  # fmt: skip
     if engine == "onnx":
         return OnnxEngine(directory, threads, precision)
     if engine == "openvino":
         return OpenVinoEngine(directory, threads, precision)
-    return TorchEngine.load(directory, threads, precision)
+    return TorchEngine.load(directory, threads, precision, device)
 
 
 # --------------------------------------------------------------------------- text in, answers out
@@ -441,11 +468,12 @@ class Predictor:
     @classmethod
     def load(cls, directory: str | Path, engine: str = "torch", threads: int | None = None,
              tokenizer: str | Path | None = None, task: str | None = None,
-             overrides: dict[str, Any] | None = None, precision: str = "auto") -> Predictor:  # fmt: skip
+             overrides: dict[str, Any] | None = None, precision: str = "auto",
+             device: str = "auto") -> Predictor:  # fmt: skip
         """A model directory (torch) or an exported one (onnx, openvino); ``precision`` as in ``load_engine``.
         ``InferenceSettings`` saved at fine-tuning time (``max_seq_length``, the QA windows) apply unless
         ``overrides`` sets them."""
-        runner = load_engine(directory, engine, threads, precision)
+        runner = load_engine(directory, engine, threads, precision, device)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
         task_obj = None
@@ -573,6 +601,21 @@ class Predictor:
         return result, answers
 
     # ------------------------------------------------------------------ conveniences
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        """One answer per input: a text, a pair (``(text, text_b)``; for QA ``(question, context)``), or an
+        object as ``predict`` reads it (``{"text": ...}``, ``{"tokens": [...]}``, ...)."""
+        if isinstance(inputs, (str, dict)):
+            raise UserError("give a list of inputs (one answer each), e.g. predictor([\"a charming film\"])")
+        pair = ("question", "context") if self.kind.name.startswith("qa") else ("text", "text_b")
+        examples = []
+        for i, obj in enumerate(inputs):
+            if isinstance(obj, (tuple, list)):
+                if len(obj) != 2 or not all(isinstance(x, str) for x in obj):
+                    raise UserError(f"input {i}: a pair is two texts ({pair[0]}, {pair[1]}), not {obj!r}")
+                obj = {"id": str(i), pair[0]: obj[0], pair[1]: obj[1]}
+            examples.append(self.parse(obj, f"input {i}"))
+        return self.predict(examples)
+
     def classify(self, texts: list[str], pairs: list[str] | None = None) -> list[dict[str, Any]]:
         pairs = pairs or [None] * len(texts)
         return self.predict([self.parse({"text": a, "text_b": b}, f"input {i}")
@@ -586,5 +629,5 @@ class Predictor:
                              for i, (q, c) in enumerate(zip(questions, contexts, strict=True))])  # fmt: skip
 
 
-__all__ = ["Engine", "OnnxEngine", "OnnxSession", "OpenVinoEngine", "OpenVinoSession", "Predictor", "TorchEngine",
-           "load_engine", "load_torch_model", "require"]  # fmt: skip
+__all__ = ["Engine", "EngineSettings", "OnnxEngine", "OnnxSession", "OpenVinoEngine", "OpenVinoSession", "Predictor",
+           "TorchEngine", "load_engine", "load_torch_model", "require"]  # fmt: skip

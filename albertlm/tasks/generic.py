@@ -523,6 +523,27 @@ READERS: dict[str, Callable[[Path, UserData, RowPolicy], list]] = {
 }
 
 
+def with_columns(task: Any, columns: dict[str, Any]) -> Any:
+    """A generic task with ``columns`` (UserData fields: text_column, label_column, ...) over the ones it
+    has; a registered task has its own file format, so any column setting for it is an error."""
+    from dataclasses import fields, replace
+
+    from albertlm.errors import UserError, flag_name
+
+    known = {f.name: f for f in fields(UserData)}
+    unknown = sorted(set(columns) - set(known))
+    if unknown:
+        raise UserError(f"unknown column settings {', '.join(unknown)}; the fields of UserData are "
+                        f"{', '.join(known)}")  # fmt: skip
+    if not task.generic:
+        if columns:
+            raise UserError(f"{flag_name(known[next(iter(columns))])} is for your own data (--task "
+                            f"{', '.join(GENERIC)}); task {task.name} has its own file format")  # fmt: skip
+        return task
+    data = replace(task.columns, **columns)
+    return replace(task, columns=data, reader=reader(task.name, data))
+
+
 def reader(name: str, data: UserData) -> Callable[[Path, RowPolicy], list]:
     """The ``Task.reader`` of generic task ``name`` over the user's column choices."""
     read = READERS[name]

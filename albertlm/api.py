@@ -1,0 +1,107 @@
+"""The Python API in one call each: fine-tune a model, load any model or export folder, answer inputs.
+
+    import albertlm
+    result = albertlm.finetune("sst2", "data/glue_sst2", "runs/pretrain/final", "runs/sst2", lr=2e-5,
+                               max_seq_length=128)
+    predictor = albertlm.load("runs/sst2")                  # or an `albertlm export` folder
+    predictor(["a charming film", "an awful , boring mess"])  # [{"label": "1", "score": ...}, ...]
+    albertlm.predict("runs/mnli", [("a man sleeps", "nobody sleeps")])
+
+``finetune`` is what ``albertlm finetune`` does (the command is a thin caller of it): its keywords are the
+fields of ``Settings`` (lr, batch_size, max_steps, device, precision, ...) and of ``InferenceSettings``
+(max_seq_length, doc_stride, ...), or whole ``settings`` / ``search`` objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from albertlm.errors import UserError
+
+_log = logging.getLogger(__name__)
+
+
+def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *, tokenizer: str | Path | None = None,
+             settings: Any = None, columns: dict[str, Any] | None = None, train_file: str | Path | None = None,
+             eval_file: str | Path | None = None, holdout: int = 0, limit_train: int = 0, limit_eval: int = 0,
+             skip_bad_rows: bool = False, overwrite: bool = False, resume: bool = False, search: Any = None,
+             **changes: Any) -> dict[str, Any]:  # fmt: skip
+    """Fine-tune ``model`` (a model folder or a preset) on ``task`` (a registered name, or classification /
+    regression / tagging / qa / choice for your own data with ``columns``) from ``data``; the kept model,
+    its tokenizer and metrics go to ``out``. Returns the run's summary (metrics.json), or with ``search``
+    (a ``SearchSettings`` whose ``search`` is the number of trials) the search's."""
+    from albertlm.tasks import RowPolicy, get_task
+    from albertlm.tasks.generic import with_columns
+    from albertlm.tasks.kinds import InferenceSettings
+    from albertlm.training.finetune import Settings, check_exit_settings, check_out, load_data, resolve_tokenizer, train
+    from albertlm.training.search import STUDY_FILE, check_search
+    from albertlm.training.search import search as run_search
+    from albertlm.training.tracking import parse_report_to
+
+    out, model = Path(out), str(model)
+    s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
+    searching = search is not None and search.search
+    if not (searching and (out / STUDY_FILE).exists()):  # (a search's own folder resumes it)
+        check_out(out, model, overwrite, resume)  # before the data is read: a used --out fails at once
+    the_task = with_columns(get_task(task), columns or {})
+    check_exit_settings(the_task, s)
+    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
+    if searching:
+        if resume:
+            raise UserError("--resume continues one run; a search resumes from its own study (run it again)")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise UserError("--search runs its trials one after another in one process; start it without torchrun")
+        check_search(search, model, s.config_overrides)
+    policy = RowPolicy(skip_bad_rows)
+    tok = resolve_tokenizer(model, str(tokenizer) if tokenizer else None)
+    found = load_data(the_task, data, policy, _path(train_file), _path(eval_file), holdout, limit_train, limit_eval,
+                      s.seed)  # fmt: skip
+    if policy.skipped:
+        _log.info("skipped %d bad rows (first: %s)", policy.skipped, policy.first)
+    if searching:
+        result = run_search(the_task, found, model, tok, out, s, search, overwrite=overwrite)
+    else:
+        result = train(the_task, found, model, tok, out, s, overwrite=overwrite, resume=resume)
+    result["task"] = (found.task or the_task).name
+    result["skipped_rows"] = {"count": policy.skipped, "first": policy.first}
+    return result
+
+
+def _settings(base: Any, changes: dict[str, Any], cls: type, inference_cls: type) -> Any:
+    """``base`` with the keyword changes, each routed to the settings or their ``inference`` part."""
+    own = {f.name for f in fields(cls)} - {"inference"}
+    inference = {f.name for f in fields(inference_cls)}
+    unknown = sorted(set(changes) - own - inference)
+    if unknown:
+        raise UserError(f"finetune() got unknown settings {', '.join(unknown)}; the settings are the fields of "
+                        f"{cls.__name__} and {inference_cls.__name__}")  # fmt: skip
+    s = replace(base, **{k: v for k, v in changes.items() if k in own})
+    return replace(s, inference=replace(s.inference, **{k: v for k, v in changes.items() if k in inference}))
+
+
+def _path(value: str | Path | None) -> Path | None:
+    return Path(value) if value is not None else None
+
+
+def load(model: str | Path, *, engine: str = "auto", device: str = "auto", precision: str = "auto",
+         threads: int | None = None, tokenizer: str | Path | None = None, task: str | None = None,
+         **inference: Any) -> Any:
+    """A ``Predictor`` for a model folder (the torch engine, on ``device``) or an `albertlm export` folder
+    (``engine="auto"``: onnx; or openvino); ``inference`` sets InferenceSettings fields (max_seq_length,
+    eval_batch_size, an exit rule, ...). Call it on a list of inputs."""
+    from albertlm.deploy.export import MANIFEST_FILE
+    from albertlm.deploy.inference import Predictor
+
+    if engine == "auto":
+        engine = "onnx" if (Path(model) / MANIFEST_FILE).is_file() else "torch"
+    return Predictor.load(model, engine=engine, threads=threads, tokenizer=tokenizer, task=task,
+                          overrides=inference or None, precision=precision, device=device)  # fmt: skip
+
+
+def predict(model: str | Path, inputs: list[Any], **options: Any) -> list[dict[str, Any]]:
+    """``load(model, **options)(inputs)``: one answer per input (a text, a pair, or a JSON-style object)."""
+    return load(model, **options)(inputs)

@@ -1,0 +1,174 @@
+"""Fine-tuning on the shared training machinery (albertlm.training.steps): the same numbers as before the
+move, resume after SIGKILL bitwise exact, gradient accumulation and two torchrun processes equal to one
+batch, --device everywhere, and the one-call Python API equal to the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_finetune_cli import FAST, _sst2_slice, tiny_flags
+
+from albertlm.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _args(sst: Path, tok: Path, out: Path, *extra: str) -> list[str]:
+    return ["finetune", "--task", "sst2", "--data", str(sst), "--model", "albert-tiny", "--tokenizer", str(tok),
+            "--out", str(out), "--precision", "fp32", *tiny_flags(), *extra]  # fmt: skip
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(out / "model.safetensors"))
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "albertlm", *args]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def test_a_short_run_gives_the_numbers_it_gave_before_the_move(data, en_tok_dir, tmp_path, one_thread):
+    """Pinned from the fine-tuning loop before it moved onto the shared Stepper (commit 8baa64c), one thread,
+    fp32: the move changed no arithmetic."""
+    sst = _sst2_slice(data, tmp_path)
+    assert main(_args(sst, en_tok_dir, tmp_path / "ft", "--eval-every", "3", *FAST)) == 0
+    rows = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train_loss"], r["accuracy"]) for r in rows] == [
+        (3, pytest.approx(0.6868575811386108, abs=1e-7), pytest.approx(0.4666666666666667)),
+        (6, pytest.approx(0.6891023516654968, abs=1e-7), pytest.approx(0.4666666666666667))]
+    classifier = _weights(tmp_path / "ft")["classifier.weight"].double().sum().item()
+    assert classifier == pytest.approx(-0.246845803107135, abs=1e-7)
+
+
+def test_sigkill_then_resume_is_bitwise_exact(data, en_tok_dir, tmp_path):
+    sst = _sst2_slice(data, tmp_path)
+    common = ["--quiet", "--max-steps", "30", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "64",
+              "--eval-every", "10", "--save-every", "2"]  # fmt: skip
+    ref = tmp_path / "ref"
+    subprocess.run(_cli(*_args(sst, en_tok_dir, ref, *common)), check=True, env=ENV, capture_output=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_cli(*_args(sst, en_tok_dir, out, *common)), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    target = out / "checkpoints" / "step_00000012"
+    deadline = time.time() + 120
+    while not target.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "metrics.json").exists(), "the run finished before it could be killed"
+    again = subprocess.run(_cli(*_args(sst, en_tok_dir, out, *common)), env=ENV, capture_output=True, text=True)
+    assert again.returncode == 2 and "--resume" in again.stderr  # a used --out says how to continue it
+    done = subprocess.run(_cli(*_args(sst, en_tok_dir, out, *common, "--resume")), env=ENV, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from" in done.stdout + done.stderr
+    expected, got = _weights(ref), _weights(out)
+    assert got.keys() == expected.keys()
+    for k in expected:
+        assert torch.equal(got[k], expected[k]), k
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (ref, out))
+    assert a["metrics"] == b["metrics"] and a["final_train_loss"] == b["final_train_loss"]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 30 and 30 in steps
+
+
+def test_resume_refuses_other_settings_and_a_folder_without_checkpoints(data, en_tok_dir, tmp_path, capsys):
+    sst = _sst2_slice(data, tmp_path)
+    out = tmp_path / "ft"
+    assert main(_args(sst, en_tok_dir, out, *FAST, "--save-every", "2")) == 0
+    capsys.readouterr()
+    assert main(_args(sst, en_tok_dir, out, *FAST, "--save-every", "2", "--resume", "--lr", "5e-4")) == 2
+    err = capsys.readouterr().err
+    assert "other settings (lr)" in err and "Traceback" not in err
+    assert main(_args(sst, en_tok_dir, tmp_path / "empty", *FAST, "--resume")) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+    assert main(_args(sst, en_tok_dir, out, *FAST, "--resume", "--overwrite")) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert main(_args(sst, en_tok_dir, out, *FAST, "--overwrite", "--save-every", "0")) == 0
+    assert not (out / "checkpoints").exists()  # --overwrite took the earlier run's checkpoints too
+
+
+def test_gradient_accumulation_gives_the_batch_update(data, en_tok_dir, tmp_path, one_thread):
+    sst = _sst2_slice(data, tmp_path)
+    no_dropout = ["--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
+                  "--set=classifier_dropout_prob=0"]  # fmt: skip
+    assert main(_args(sst, en_tok_dir, tmp_path / "one", *FAST, *no_dropout)) == 0
+    assert main(_args(sst, en_tok_dir, tmp_path / "acc", *FAST, *no_dropout, "--micro-batch-size", "3")) == 0
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "acc")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], atol=2e-6, rtol=1e-5, msg=k)
+
+
+@pytest.mark.distributed
+def test_two_processes_equal_one_process(data, en_tok_dir, tmp_path):
+    """torchrun with 2 gloo processes, each half of every batch == one process on the whole batch."""
+    sst = _sst2_slice(data, tmp_path)
+    common = [*FAST, "--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
+              "--set=classifier_dropout_prob=0"]  # no dropout: the processes draw other masks  # fmt: skip
+    one = subprocess.run(_cli(*_args(sst, en_tok_dir, tmp_path / "one", *common)), env=ENV, capture_output=True,
+                         text=True)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          "29561", "-m", "albertlm", *_args(sst, en_tok_dir, tmp_path / "two", *common)],
+                         env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("fine-tuned sst2") == 1  # rank 0 reports; the other process only trains
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert json.loads((tmp_path / "two" / "metrics.json").read_text())["world_size"] == 2
+
+
+def test_device_flags(data, en_tok_dir, tmp_path, capsys):
+    sst = _sst2_slice(data, tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(_args(sst, en_tok_dir, tmp_path / "x", "--device", "gpu"))
+    assert e.value.code == 2 and "auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(_args(sst, en_tok_dir, tmp_path / "x", *FAST, "--device", "cuda:1")) == 2
+        err = capsys.readouterr().err
+        assert "no CUDA GPU" in err and "Traceback" not in err
+    assert main(_args(sst, en_tok_dir, tmp_path / "cpu", *FAST, "--device", "cpu")) == 0
+    model = tmp_path / "cpu"
+    capsys.readouterr()
+    assert main(["evaluate", "--data", str(sst), "--model", str(model), "--device", "cpu"]) == 0
+    assert "accuracy" in json.loads(capsys.readouterr().out.splitlines()[0])
+    text = tmp_path / "in.txt"
+    text.write_text("a charming film\n", encoding="utf-8")
+    assert main(["predict", "--model", str(model), "--input", str(text), "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["label"] in ("0", "1")
+
+
+def test_the_python_api_does_in_one_call_what_the_cli_does(data, en_tok_dir, tmp_path, one_thread, capsys):
+    import albertlm
+
+    sst = _sst2_slice(data, tmp_path)
+    assert main(_args(sst, en_tok_dir, tmp_path / "cli", *FAST)) == 0
+    overrides = {k: int(v) for k, v in (f.split("=", 1)[1].split("=") for f in tiny_flags())}
+    result = albertlm.finetune("sst2", sst, "albert-tiny", tmp_path / "api", tokenizer=en_tok_dir, precision="fp32",
+                               progress=False, max_steps=6, batch_size=8, lr=1e-3, max_seq_length=64,
+                               config_overrides=overrides)  # fmt: skip
+    cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    assert result["metrics"] == cli["metrics"] and result["final_train_loss"] == cli["final_train_loss"]
+    a, b = _weights(tmp_path / "cli"), _weights(tmp_path / "api")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    predictor = albertlm.load(tmp_path / "api", device="cpu")
+    rows = predictor(["a charming film", ("a charming film", "a second text")])
+    assert len(rows) == 2 and all(r["label"] in ("0", "1") for r in rows)
+    assert albertlm.predict(tmp_path / "api", ["a charming film"], precision="fp32")[0]["label"] == rows[0]["label"]
+    with pytest.raises(albertlm.errors.UserError, match="unknown settings lrr"):
+        albertlm.finetune("sst2", sst, "albert-tiny", tmp_path / "bad", tokenizer=en_tok_dir, lrr=1e-3)
+    with pytest.raises(albertlm.errors.UserError, match="a list of inputs"):
+        predictor("one text, not a list")
