@@ -9,6 +9,7 @@ the flag, never a CUDA traceback from deep inside the first forward.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,3 +53,10 @@ def resolve_device(name: str | None, local_rank: int | None = None) -> torch.dev
         raise UserError(f"--device {name}: this machine has {count} GPU(s) (cuda:0 to cuda:{count - 1})"
                         + (f"; torchrun's LOCAL_RANK {local_rank} has none" if local_rank is not None else ""))
     return torch.device("cuda", index)
+
+
+@dataclass
+class Placement:
+    """The device of a command that has no other settings to hold it (``analyze``)."""
+
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP, "parse": parse_device})

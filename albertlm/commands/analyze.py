@@ -15,6 +15,9 @@ from albertlm.commands import flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from albertlm.commands.flags import add_flags
+    from albertlm.devices import Placement
+
     p = sub.add_parser("analyze", help="analyses of trained models (paper Figure 1)")
     what = p.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
     layers = what.add_parser("layers", help="per-layer input/output L2 distance and cosine similarity")
@@ -41,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pairs.add_argument("--seed", type=flags.seed, default=0, help="which segments and negatives (default: 0)")
     pairs.add_argument("--json", help="also write the result here")
     pairs.set_defaults(func=run_pairs)
+    for sub_parser in (layers, intr, pairs):
+        add_flags(sub_parser, Placement)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     sentences = read_sentences(args.corpus, args.max_sentences)
     stats = []
     for model in args.model:
-        stats += layer_transitions(model, sentences, args.max_length)
+        stats += layer_transitions(model, sentences, args.max_length, device=_device(args))
     paths = write_report(stats, args.out)
     print(f"analyzed {len(args.model)} model(s) on {len(sentences)} sentences of {args.corpus}; wrote "
           + ", ".join(map(str, paths)))
@@ -61,7 +66,7 @@ def run_intrinsic(args: argparse.Namespace) -> int:
 
     from albertlm.research.analysis import intrinsic_accuracy
 
-    r = intrinsic_accuracy(args.model, args.data, args.epochs)
+    r = intrinsic_accuracy(args.model, args.data, args.epochs, device=_device(args))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=1)
@@ -76,6 +81,7 @@ def run_intrinsic(args: argparse.Namespace) -> int:
 def run_pairs(args: argparse.Namespace) -> int:
     import json
 
+    from albertlm.devices import resolve_device
     from albertlm.files import write_text_atomic
     from albertlm.heads import AlbertForPreTraining
     from albertlm.research.analysis import build_pair_sets, pair_accuracy
@@ -83,7 +89,7 @@ def run_pairs(args: argparse.Namespace) -> int:
 
     tok = load_tokenizer(args.tokenizer or args.model)
     sets = build_pair_sets(args.heldout, tok, args.max_seq_length, args.pairs, args.seed)
-    model = AlbertForPreTraining.from_pretrained(args.model)
+    model = AlbertForPreTraining.from_pretrained(args.model).to(resolve_device(_device(args)))
     r = {"model": args.model, "heldout": args.heldout, **pair_accuracy(model, sets["sop"], tok.pad_id),
          **pair_accuracy(model, sets["nsp"], tok.pad_id)}  # fmt: skip
     if args.json:
@@ -94,3 +100,10 @@ def run_pairs(args: argparse.Namespace) -> int:
           f"NSP acc {r['nsp_acc']:.4f} [{r['nsp_ci95_low']:.4f}, {r['nsp_ci95_high']:.4f}]"
           + (f"; wrote {args.json}" if args.json else ""))
     return 0
+
+
+def _device(args: argparse.Namespace) -> str:
+    from albertlm.commands.flags import build
+    from albertlm.devices import Placement
+
+    return build(args, Placement).device

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if s.opset < MIN_OPSET:
         raise UserError(f"--opset {s.opset} is too old; use {MIN_OPSET} or newer ({DEFAULT_OPSET} is the default)")
     manifest = export_onnx(args.model, args.out, quantize=s.quantize, opset=s.opset,
-                           tokenizer_dir=args.tokenizer, graph=s.graph, calibration=args.calibration)  # fmt: skip
+                           tokenizer_dir=args.tokenizer, graph=s.graph, calibration=args.calibration,
+                           device=s.device)  # fmt: skip
     sizes = manifest["sizes_bytes"]
     line = f"fp32 {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
     if "int8" in sizes:

@@ -37,6 +37,7 @@ graph (benchmarks/inference.py --standard-graph); ``graph="standard"`` keeps pla
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import shutil
 import uuid
@@ -63,6 +64,7 @@ from albertlm.deploy.inference import (
     require,
 )
 from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
+from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
 from albertlm.errors import DataError, UserError
 from albertlm.files import publish, sha256, staging_dir
 from albertlm.heads import HEADS
@@ -95,6 +97,9 @@ class ExportSettings:
         "onnxruntime (OpenVINO reads it too); standard: plain ONNX ops for other runtimes")})  # fmt: skip
     quantize: str | None = field(default=None, metadata={"choices": QUANTIZE, "help": (
         "also write model.int8.onnx (onnxruntime dynamic quantization)")})  # fmt: skip
+    device: str = field(default="auto", metadata={"parse": parse_device, "help": (
+        "where the PyTorch reference of the parity check runs: " + DEVICE_HELP + " (the graph is traced on the "
+        "CPU)")})  # fmt: skip
 
 
 class _Exportable(nn.Module):
@@ -163,6 +168,7 @@ def export_onnx(
     tokenizer_dir: str | Path | None = None,
     graph: str = "ort",
     calibration: str | Path | None = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Export ``model_dir`` to ``out_dir`` (see the module docstring); returns the manifest written.
 
@@ -171,12 +177,14 @@ def export_onnx(
     export then also writes OpenVINO's static int8 file, calibrated on its first ``CALIBRATION_SIZE``.
 
     The fp32 graph is checked against PyTorch on a batch of another shape than the traced one (so the
-    dynamic axes are exercised); the max abs difference is recorded in the manifest.
+    dynamic axes are exercised), the model run on ``device`` in fp32; the max abs difference is recorded in
+    the manifest with the device.
     """
     onnx = require("onnx")
     require("onnxruntime")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_request(out_dir, quantize, graph, calibration)
+    reference_device = resolve_device(device)  # a GPU that is not there: one line before anything is written
     arch = architecture_of(model_dir)
     tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
     # read before anything is written: a bad calibration file ends the export with nothing half-made
@@ -226,22 +234,9 @@ def export_onnx(
         }
         check = dict(zip(inputs, sample_inputs(model.config, 3, 13, 3 if choices else None, seed=1, p_mask=with_p_mask),
                          strict=True))  # fmt: skip
-        manifest["fp32_max_abs_diff"] = max_abs_diff(model, OnnxSession(fp32_path), check)
-        if quantize == "int8":
-            quantize_int8(fp32_path, out_dir / INT8_FILE)
-            manifest["files"]["int8"] = INT8_FILE
-            manifest["int8_max_abs_diff"] = max_abs_diff(model, OnnxSession(out_dir / INT8_FILE), check)
-            manifest["int8_report"] = quantization_report(out_dir / INT8_FILE)
-        if feeds is not None:
-            quantize_openvino_int8(fp32_path, feeds, out_dir / OPENVINO_INT8_FILE)
-            manifest["files"][OPENVINO_INT8] = OPENVINO_INT8_FILE
-            manifest["files"]["openvino_int8_weights"] = OPENVINO_INT8_FILE.replace(".xml", ".bin")
-            ov_int8 = OpenVinoSession(out_dir / OPENVINO_INT8_FILE, hint="f32", outputs=list(outputs))
-            manifest["openvino_int8_max_abs_diff"] = max_abs_diff(model, ov_int8, check)
-            manifest["openvino_int8_calibration"] = {"file": Path(calibration).name, "batches": len(feeds)}
-        if getattr(model, "has_exits", False):
-            manifest["exit"] = export_exit_graphs(model, out_dir, graph, opset, quantize, feeds)
-            manifest["exit"]["max_abs_diff"] = exit_max_abs_diff(model, out_dir, manifest["exit"], check)
+        ref = model if reference_device.type == "cpu" else copy.deepcopy(model).to(reference_device)
+        manifest["checked_on"] = str(reference_device)
+        _quantize_and_check(model, ref, out_dir, manifest, check, quantize, feeds, calibration)
         manifest["sizes_bytes"] = {k: (out_dir / f).stat().st_size for k, f in manifest["files"].items()}
 
         # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
@@ -394,6 +389,30 @@ def quantize_openvino_int8(fp32_path: Path, feeds: list[dict[str, np.ndarray]], 
     quantized = nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))
     ov.save_model(quantized, str(xml_path), compress_to_fp16=False)
     return xml_path
+
+
+def _quantize_and_check(model: nn.Module, ref: nn.Module, out_dir: Path, manifest: dict[str, Any],
+                        check: dict[str, torch.Tensor], quantize: str | None, feeds: list | None,
+                        calibration: str | Path | None) -> None:  # fmt: skip
+    """The int8 graphs and the exit graphs beside the fp32 one, each held against ``ref`` (the model on the
+    check's device) with its max |diff| in the manifest."""
+    fp32_path = out_dir / FP32_FILE
+    manifest["fp32_max_abs_diff"] = max_abs_diff(ref, OnnxSession(fp32_path), check)
+    if quantize == "int8":
+        quantize_int8(fp32_path, out_dir / INT8_FILE)
+        manifest["files"]["int8"] = INT8_FILE
+        manifest["int8_max_abs_diff"] = max_abs_diff(ref, OnnxSession(out_dir / INT8_FILE), check)
+        manifest["int8_report"] = quantization_report(out_dir / INT8_FILE)
+    if feeds is not None:
+        quantize_openvino_int8(fp32_path, feeds, out_dir / OPENVINO_INT8_FILE)
+        manifest["files"][OPENVINO_INT8] = OPENVINO_INT8_FILE
+        manifest["files"]["openvino_int8_weights"] = OPENVINO_INT8_FILE.replace(".xml", ".bin")
+        ov_int8 = OpenVinoSession(out_dir / OPENVINO_INT8_FILE, hint="f32", outputs=manifest["outputs"])
+        manifest["openvino_int8_max_abs_diff"] = max_abs_diff(ref, ov_int8, check)
+        manifest["openvino_int8_calibration"] = {"file": Path(calibration).name, "batches": len(feeds)}
+    if getattr(model, "has_exits", False):
+        manifest["exit"] = export_exit_graphs(model, out_dir, manifest["graph"], manifest["opset"], quantize, feeds)
+        manifest["exit"]["max_abs_diff"] = exit_max_abs_diff(ref, out_dir, manifest["exit"], check)
 
 
 def max_abs_diff(model: nn.Module, session: Any, inputs: dict[str, torch.Tensor]) -> float:

@@ -45,11 +45,13 @@ def read_sentences(path: str | Path, limit: int) -> list[str]:
 
 @torch.no_grad()
 def layer_transitions(model_dir: str | Path, sentences: list[str], max_length: int = 128,
-                      batch_size: int = 16) -> list[LayerStats]:
+                      batch_size: int = 16, device: str = "auto") -> list[LayerStats]:  # fmt: skip
+    from albertlm.devices import resolve_device
     from albertlm.model import AlbertModel
     from albertlm.tokenizer import load_tokenizer
 
-    model = AlbertModel.from_pretrained(model_dir).eval()
+    dev = resolve_device(device)
+    model = AlbertModel.from_pretrained(model_dir).eval().to(dev)
     tok = load_tokenizer(model_dir)
     depth = model.config.num_hidden_layers
     l2 = torch.zeros(depth, dtype=torch.float64)
@@ -57,13 +59,15 @@ def layer_transitions(model_dir: str | Path, sentences: list[str], max_length: i
     count = 0
     for i in range(0, len(sentences), batch_size):
         enc = tok.batch_encode(sentences[i : i + batch_size], max_length=max_length, return_tensors="pt")
-        out = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)
+        enc = {k: v.to(dev) for k, v in enc.items()}
+        with torch.no_grad():
+            out = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)
         real = enc["attention_mask"].bool()
         states = out.hidden_states  # projected embeddings, then the output of every computed layer
         for layer in range(depth):
             a, b = states[layer][real].double(), states[layer + 1][real].double()
-            l2[layer] += (b - a).norm(dim=-1).sum()
-            cos[layer] += torch.nn.functional.cosine_similarity(a, b, dim=-1).sum()
+            l2[layer] += (b - a).norm(dim=-1).sum().cpu()
+            cos[layer] += torch.nn.functional.cosine_similarity(a, b, dim=-1).sum().cpu()
         count += int(real.sum())
     name = str(model_dir)
     return [LayerStats(name, layer + 1, float(l2[layer] / count), float(cos[layer] / count))
@@ -101,7 +105,8 @@ def write_report(stats: list[LayerStats], out_dir: str | Path) -> tuple[Path, Pa
 
 
 def heldout_scores(model, dataset, batches: int, batch_size: int = 32) -> dict[str, float]:
-    """``train.evaluate`` in one CPU process: held-out MLM / pair loss and accuracy on the first batches."""
+    """``train.evaluate`` in one process on the model's device: held-out MLM / pair loss and accuracy on the
+    first batches."""
     import contextlib
 
     from albertlm.data import PretrainingCollator
@@ -109,7 +114,7 @@ def heldout_scores(model, dataset, batches: int, batch_size: int = 32) -> dict[s
     from albertlm.training.pretrain import PretrainConfig, evaluate
 
     cfg = PretrainConfig(out="", data="", micro_batch_size=batch_size, eval_batches=batches)
-    info = DistInfo(False, 0, 0, 1, torch.device("cpu"))
+    info = DistInfo(False, 0, 0, 1, next(model.parameters()).device)
     return evaluate(model, dataset, cfg, info, PretrainingCollator(dataset.pad_id), contextlib.nullcontext)
 
 
@@ -141,7 +146,8 @@ def copy_or_unigram_baseline(dataset, epochs: int = 1) -> dict[str, float]:
     return {"mlm_acc": (copied + top) / max(total, 1), "mlm_acc_at_mask": top / max(at_mask, 1)}
 
 
-def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 5, batch_size: int = 32) -> dict:
+def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 5, batch_size: int = 32,
+                       device: str = "auto") -> dict:  # fmt: skip
     """Held-out MLM and sentence-pair (SOP / NSP) accuracy over every instance of ``epochs`` re-drawings.
 
     Dynamic shards draw new pairs and masks each epoch, so several epochs of a small held-out file give a
@@ -150,9 +156,10 @@ def intrinsic_accuracy(model_dir: str | Path, shards: str | Path, epochs: int = 
     import math
 
     from albertlm.data import PretrainingDataset
+    from albertlm.devices import resolve_device
     from albertlm.heads import AlbertForPreTraining
 
-    model = AlbertForPreTraining.from_pretrained(model_dir)
+    model = AlbertForPreTraining.from_pretrained(model_dir).to(resolve_device(device))
     ds = PretrainingDataset(shards)
     totals = {"mlm_acc": 0.0, "mlm_acc_at_mask": 0.0, "pair_correct": 0.0, "pair_total": 0.0, "majority": 0.0}
     rounds = epochs if ds.mode == "dynamic" else 1
@@ -276,6 +283,7 @@ def pair_accuracy(model, pairs: PairSet, pad_id: int, batch_size: int = 64) -> d
     from albertlm.heads import IGNORE
 
     model.eval()
+    dev = next(model.parameters()).device
     correct = 0
     for i in range(0, len(pairs.labels), batch_size):
         rows = pairs.input_ids[i : i + batch_size]
@@ -284,9 +292,11 @@ def pair_accuracy(model, pairs: PairSet, pad_id: int, batch_size: int = 64) -> d
         types = torch.zeros_like(ids)
         for r, (x, t) in enumerate(zip(rows, pairs.token_type_ids[i : i + batch_size], strict=True)):
             ids[r, : len(x)], types[r, : len(t)] = torch.tensor(x), torch.tensor(t)
-        out = model(ids, attention_mask=(ids != pad_id).long(), token_type_ids=types,
-                    labels=torch.full_like(ids, IGNORE))  # no MLM logits: only the pair head is scored
-        labels = torch.tensor(pairs.labels[i : i + batch_size])
+        ids, types = ids.to(dev), types.to(dev)
+        with torch.no_grad():
+            out = model(ids, attention_mask=(ids != pad_id).long(), token_type_ids=types,
+                        labels=torch.full_like(ids, IGNORE))  # no MLM logits: only the pair head is scored
+        labels = torch.tensor(pairs.labels[i : i + batch_size], device=dev)
         correct += int((out.sop_logits.argmax(-1) == labels).sum())
     n = len(pairs.labels)
     lo, hi = wilson_interval(correct, n)

@@ -172,3 +172,27 @@ def test_the_python_api_does_in_one_call_what_the_cli_does(data, en_tok_dir, tmp
         albertlm.finetune("sst2", sst, "albert-tiny", tmp_path / "bad", tokenizer=en_tok_dir, lrr=1e-3)
     with pytest.raises(albertlm.errors.UserError, match="a list of inputs"):
         predictor("one text, not a list")
+
+
+def test_export_check_analyze_and_serve_take_device(data, en_tok_dir, tmp_path, capsys):
+    sst = _sst2_slice(data, tmp_path)
+    model = tmp_path / "ft"
+    assert main(_args(sst, en_tok_dir, model, *FAST)) == 0
+    assert main(["export", "--model", str(model), "--out", str(tmp_path / "onnx"), "--device", "cpu"]) == 0
+    manifest = json.loads((tmp_path / "onnx" / "deploy.json").read_text())
+    assert manifest["checked_on"] == "cpu" and manifest["fp32_max_abs_diff"] < 1e-4
+    corpus = tmp_path / "s.txt"
+    corpus.write_text("a charming film .\nan awful , boring mess .\n", encoding="utf-8")
+    assert main(["analyze", "layers", "--model", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "a"),
+                 "--device", "cpu"]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "a" / "layers.json").read_text())
+    import albertlm
+
+    assert albertlm.load(tmp_path / "onnx")(["a charming film"])[0]["label"] in ("0", "1")  # engine auto: onnx
+    with pytest.raises(albertlm.errors.UserError, match="runs exports on the CPU"):
+        albertlm.load(tmp_path / "onnx", device="cuda")
+    for command in (["serve", "--model", str(model)], ["export", "--model", str(model), "--out", str(tmp_path / "x")],
+                    ["analyze", "layers", "--model", str(model), "--corpus", str(corpus)]):
+        with pytest.raises(SystemExit) as e:
+            main([*command, "--device", "tpu"])
+        assert e.value.code == 2 and "--device must be auto, cpu, cuda or cuda:N" in capsys.readouterr().err
