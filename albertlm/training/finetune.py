@@ -80,8 +80,8 @@ class Settings:
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0: at the end only)", "min": 0})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     precision: str = field(default="auto", metadata={
-        "help": "auto (bf16 autocast on a GPU or CPU that has bf16, else fp32), fp32, bf16 (autocast) or fp16 "
-                "(autocast + grad scaler, for GPUs without bf16); weights stay fp32", "choices": TRAINING_PRECISIONS})
+        "help": "auto (bf16 autocast on a GPU or CPU that has bf16; else fp16 on a GPU, fp32 on a CPU), fp32, bf16 "
+                "(autocast) or fp16 (autocast + grad scaler); weights stay fp32", "choices": TRAINING_PRECISIONS})
     device: str = field(default="auto", metadata={"help": DEVICE_HELP, "parse": parse_device})
     micro_batch_size: int | None = field(default=None, metadata={
         "help": "examples per forward on one process (default: the batch split over the processes); smaller "

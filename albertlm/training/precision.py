@@ -2,7 +2,8 @@
 
 ``auto`` (the default of pretraining, fine-tuning and the torch inference engine) resolves to ``bf16`` on a
 CPU with AVX-512 BF16 or AMX (there bf16 matrix products run several times faster than fp32 ones) and on a
-GPU that supports bf16, and to ``fp32`` everywhere else. ``--precision fp32`` opts out. Parameters,
+GPU that supports bf16, to ``fp16`` on a GPU without bf16 (training then scales the loss with a grad scaler),
+and to ``fp32`` everywhere else. ``--precision fp32`` opts out. Parameters,
 optimizer state and checkpoints stay fp32 in every case: autocast only changes the matmuls' inputs.
 """
 
@@ -45,8 +46,8 @@ def resolve(precision: str, device: torch.device | str = "cpu") -> str:
     if precision != "auto":
         return precision
     kind = torch.device(device).type
-    if kind == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if kind == "cuda":  # fp16 (training adds a grad scaler) on GPUs older than bf16 (V100, T4)
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if kind == "cpu":
         return "bf16" if cpu_bf16() else "fp32"
     return "fp32"

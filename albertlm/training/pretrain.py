@@ -75,8 +75,9 @@ class PretrainConfig:
     global_batch_size: int = _opt(128, "instances per optimizer step, over all ranks and micro-batches", min=1)
     micro_batch_size: int = _opt(32, "instances per forward on one process", min=1)
     clip_norm: float = _opt(1.0, "global gradient-norm clip (spec section 7; inf: none)", above=0)
-    precision: str = _opt("auto", "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX or the GPU has bf16, "
-                          "else fp32), fp32, bf16 (autocast) or fp16 (autocast + grad scaler); weights stay fp32",
+    precision: str = _opt("auto", "auto (bf16 autocast where the CPU has AVX-512 BF16 / AMX or the GPU has bf16; "
+                          "else fp16 on a GPU, fp32 on a CPU), fp32, bf16 (autocast) or fp16 (autocast + grad "
+                          "scaler); weights stay fp32",
                           choices=TRAINING_PRECISIONS)
     compile: bool | None = _opt(None, "torch.compile the model (default: on for CUDA, off on CPU)")
     activation_checkpointing: bool = _opt(False, "recompute blocks in backward")

@@ -196,3 +196,21 @@ def test_export_check_analyze_and_serve_take_device(data, en_tok_dir, tmp_path, 
         with pytest.raises(SystemExit) as e:
             main([*command, "--device", "tpu"])
         assert e.value.code == 2 and "--device must be auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["auto", "fp16", "fp32"])
+def test_finetune_and_evaluate_on_the_gpu(data, en_tok_dir, tmp_path, capsys, precision):
+    sst = _sst2_slice(data, tmp_path)
+    out = tmp_path / "gpu"
+    args = [a for a in _args(sst, en_tok_dir, out, *FAST, "--device", "cuda") if a != "fp32"]
+    args[args.index("--precision") + 1:args.index("--precision") + 1] = [precision]
+    assert main(args) == 0
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["precision"] in ("bf16", "fp16", "fp32") and summary["final_train_loss"] > 0
+    capsys.readouterr()
+    for device in ("cuda", "cpu"):
+        assert main(["evaluate", "--data", str(sst), "--model", str(out), "--device", device, "--fp32"]) == 0
+    gpu, cpu = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert gpu["accuracy"] == pytest.approx(cpu["accuracy"], abs=0.02)
