@@ -79,14 +79,12 @@ def any_rank(info: DistInfo, flag: bool) -> bool:
     return bool(all_reduce_sum(info, [float(flag)])[0] > 0)
 
 
-def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False,
-               find_unused: bool = False) -> torch.nn.Module:  # fmt: skip
+def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False) -> torch.nn.Module:
     """DDP (replicated weights) or FSDP2 ``fully_shard`` (sharded weights, grads and optimizer state).
 
     FSDP2 shards the whole model as one unit: ALBERT's shared group is applied L times per forward, and
     one unit keeps that reuse trivially correct while still sharding the optimizer state, which is where
-    a large ALBERT's memory goes. ``find_unused`` lets DDP reduce a step in which some parameters got no
-    gradient (fine-tuning's heads).
+    a large ALBERT's memory goes.
     """
     if not info.enabled:
         return model
@@ -98,8 +96,9 @@ def wrap_model(model: torch.nn.Module, info: DistInfo, fsdp: bool = False,
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [info.local_rank] if info.device.type == "cuda" else None
-    # find_unused: a head that leaves parameters out of the loss (a tagger's pooler) would stall DDP otherwise
-    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
+    # Every head's loss reaches every trainable parameter (checked for each head in HEADS), so DDP need not
+    # search the graph for unused ones each step.
+    return DistributedDataParallel(model, device_ids=ids)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

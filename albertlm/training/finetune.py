@@ -381,7 +381,7 @@ class FineTuning:
             return opt, build_scheduler(opt, self.warmup, self.total)
 
         self.stepper = Stepper(model, info, s.precision, optimizer, s.clip_norm, s.max_nonfinite, compile=s.compile,
-                               find_unused=True, advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
+                               advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
                                f"{self.warmup} steps); for a model you converted, check its config.json "
                                "(layer_norm_eps) and weights")  # fmt: skip
         self.model = self.stepper.model

@@ -44,13 +44,13 @@ class Stepper:
     def __init__(self, model: torch.nn.Module, info: DistInfo, precision: str,
                  optimizer: Callable[[torch.nn.Module], tuple[Any, Any]], clip_norm: float = 1.0,
                  max_nonfinite: int = 20, fsdp: bool = False, compile: bool | None = None,
-                 find_unused: bool = False, advice: str = DEFAULT_ADVICE):  # fmt: skip
+                 advice: str = DEFAULT_ADVICE):  # fmt: skip
         self.info, self.clip_norm, self.max_nonfinite, self.advice = info, clip_norm, max_nonfinite, advice
         self.precision = resolve_precision(precision, info.device)
         self.model = model.to(info.device)
         self.fsdp = fsdp and info.enabled
         # Wrap before building the optimizer: fully_shard replaces the parameters with sharded ones.
-        self.wrapped = wrap_model(self.model, info, fsdp, find_unused)
+        self.wrapped = wrap_model(self.model, info, fsdp)
         self.optimizer, self.scheduler = optimizer(self.model)
         self.scaler = torch.amp.GradScaler(info.device.type, enabled=self.precision == "fp16")
         self.compiled = compile if compile is not None else info.device.type == "cuda"

@@ -214,3 +214,40 @@ def test_finetune_and_evaluate_on_the_gpu(data, en_tok_dir, tmp_path, capsys, pr
         assert main(["evaluate", "--data", str(sst), "--model", str(out), "--device", device, "--fp32"]) == 0
     gpu, cpu = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert gpu["accuracy"] == pytest.approx(cpu["accuracy"], abs=0.02)
+
+
+def _head_inputs(name: str, B: int = 2, S: int = 8) -> dict[str, torch.Tensor]:
+    ids = torch.randint(5, 100, (B, S), generator=torch.Generator().manual_seed(0))
+    kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if name == "AlbertForMultipleChoice":
+        kw = {k: v.unsqueeze(1).expand(B, 3, S).contiguous() for k, v in kw.items()}
+        return {**kw, "labels": torch.tensor([0, 1])}
+    span = {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([2, 3])}
+    labels = {
+        "AlbertForSequenceClassification": {"labels": torch.tensor([0, 1])},
+        "AlbertForTokenClassification": {"labels": torch.randint(0, 3, (B, S))},
+        "AlbertForQuestionAnswering": span,
+        "AlbertForQuestionAnsweringV2": {**span, "is_impossible": torch.tensor([0.0, 1.0]),
+                                         "p_mask": torch.zeros(B, S)},
+        "AlbertForMaskedLM": {"labels": ids.clone()},
+        "AlbertForPreTraining": {"labels": ids.clone(), "sentence_order_label": torch.tensor([0, 1])},
+    }
+    return {**kw, **labels[name]}
+
+
+@pytest.mark.parametrize("exits", ["none", "per-layer", "shared"])
+def test_every_heads_loss_reaches_every_parameter(exits):
+    """DDP is built without find_unused_parameters (a graph search every step): that needs every trainable
+    parameter of every head to get a gradient from its loss."""
+    from albertlm import AlbertConfig
+    from albertlm.heads import HEADS
+
+    for name, head in HEADS.items():
+        if name == "AlbertModel" or (exits != "none" and name != "AlbertForSequenceClassification"):
+            continue
+        config = AlbertConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=3,
+                              embedding_size=16, vocab_size=100, id2label={0: "a", 1: "b", 2: "c"}, exit_heads=exits)
+        model = head.cls(config).train()
+        model(**_head_inputs(name)).loss.backward()
+        unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+        assert not unused, f"{name} ({exits}): {unused}"
