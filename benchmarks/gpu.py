@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import math
 import platform
 import shlex
 import statistics
@@ -334,13 +335,18 @@ def max_batch(plan: Plan, budget: Budget) -> dict:
     for name in ("ours", "hf"):
         model = models.pop(name).to(plan.device).train()  # alone on the device: the other waits on the CPU
         opt = optimizer(model, plan.device)
-        out[name] = largest_batch(lambda b, m=model, o=opt: fits(m, o, config, b, S, plan), plan.max_batch_cap, budget)
-        r = out[name]
-        print(f"  {name}: largest batch {r['largest']}{' (the cap)' if r['capped'] else ''} "
-              f"after {len(r['tries'])} tries", flush=True)  # fmt: skip
+        try:  # a failure other than running out of memory is this model's, recorded; the other is still searched
+            out[name] = largest_batch(lambda b, m=model, o=opt: fits(m, o, config, b, S, plan), plan.max_batch_cap,
+                                      budget)  # fmt: skip
+            r = out[name]
+            print(f"  {name}: largest batch {r['largest']}{' (the cap)' if r['capped'] else ''} "
+                  f"after {len(r['tries'])} tries", flush=True)  # fmt: skip
+        except RuntimeError as e:
+            traceback.print_exc()
+            out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", "largest": None}
         del model, opt
         free(plan.device)
-    out["ratio_ours_over_hf"] = ratio(out["ours"]["largest"], out["hf"]["largest"])
+    out["ratio_ours_over_hf"] = ratio(out["ours"].get("largest"), out["hf"].get("largest"))
     return out
 
 
@@ -463,8 +469,14 @@ def run(plan: Plan, names: list[str], budget: Budget, path: Path) -> dict:
 def write(path: Path, result: dict) -> None:
     import json
 
+    def finite(v):  # NaN / inf (a diverged output, say) is written as a string: strict JSON has no such number
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return {k: finite(x) for k, x in v.items()} if isinstance(v, dict) else \
+            [finite(x) for x in v] if isinstance(v, (list, tuple)) else v  # fmt: skip
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
 
 
 def table(result: dict) -> list[tuple[str, str, str, str]]:
@@ -477,7 +489,10 @@ def table(result: dict) -> list[tuple[str, str, str, str]]:
             rows.append((f"parity {k} max |diff| (tol {p['tolerance']:.1e})", fmt(p["max_abs_diff"], ".2e"),
                          "", "pass" if p["passed"] else "FAIL"))  # fmt: skip
     for key, s in result.get("pretrain_step", {}).get("shapes", {}).items():
-        e = s.get("engines", {})
+        if "skipped" in s:
+            rows.append((f"pretrain {key}", "skipped", "", ""))
+            continue
+        e = s["engines"]
         for mode, suffix in (("plain", ""), ("compiled", "_compiled")):
             o, h = e.get("ours" + suffix, {}), e.get("hf" + suffix, {})
             to, th = o.get("tokens_per_s"), h.get("tokens_per_s")
@@ -488,8 +503,6 @@ def table(result: dict) -> list[tuple[str, str, str, str]]:
             if o.get("peak_mem_gib") is not None:
                 mo, mh = o.get("peak_mem_gib"), h.get("peak_mem_gib")
                 rows.append((f"  {mode} peak GiB", fmt(mo, ".1f"), fmt(mh, ".1f"), ""))
-        if "skipped" in s:
-            rows.append((f"pretrain {key}", "skipped", "", ""))
     f = result.get("finetune_step", {})
     if "steps_per_s" in f:
         rows.append((f"finetune QA {f['batch']}x{f['seq']} steps/s", fmt(f["steps_per_s"].get("ours"), ".2f"),
@@ -501,7 +514,7 @@ def table(result: dict) -> list[tuple[str, str, str, str]]:
     m = result.get("max_batch", {})
     if "ours" in m:
         rows.append((f"max batch at seq {m['seq']} ({m['preset']}, cap {m['cap']})", str(m["ours"]["largest"]),
-                     str(m["hf"]["largest"]), fmt(m["ratio_ours_over_hf"], ".2f")))
+                     str(m["hf"]["largest"]), fmt(m["ratio_ours_over_hf"], ".2f")))  # fmt: skip
     for name in SECTIONS:
         if name in result and ("skipped" in result[name] or "error" in result[name]):
             rows.append((name, "skipped" if "skipped" in result[name] else "ERROR", "", ""))
@@ -514,6 +527,8 @@ def failures(result: dict) -> list[str]:
     for key, s in result.get("pretrain_step", {}).get("shapes", {}).items():
         bad += [f"pretrain_step {key} {e}: {msg}" for e, msg in s.get("errors", {}).items()]
     bad += [f"finetune_step {e}: {msg}" for e, msg in result.get("finetune_step", {}).get("errors", {}).items()]
+    bad += [f"max_batch {k}: {result['max_batch'][k]['error']}" for k in ("ours", "hf")
+            if "error" in result.get("max_batch", {}).get(k, {})]  # fmt: skip
     if result.get("parity", {}).get("passed") is False:
         bad.append("parity: ours and HF outputs differ beyond the tolerance")
     return bad

@@ -148,3 +148,12 @@ def test_gpu_run_with_a_short_budget(tmp_path):
     for name in SECTIONS:
         assert "error" not in d[name], (name, d[name])
     check_measured(d, smoke=False)
+
+
+def test_json_is_strict_even_when_a_number_is_not_finite(tmp_path):
+    gpu = gpu_module()
+    path = tmp_path / "out.json"
+    gpu.write(path, {"parity": {"max_abs_diff": float("nan"), "tries": [[1, True, float("inf")]]}})
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"parity": {"max_abs_diff": "nan", "tries": [[1, True, "inf"]]}}
