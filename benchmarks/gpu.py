@@ -72,7 +72,8 @@ class Plan:
     compile_backend: str
     reps: int
     warmup: int
-    estimates: dict  # seconds a section (pretrain_step: one shape) is expected to take; the budget's yardstick
+    estimates: dict  # seconds expected of a section, of one pretrain_step shape ("pretrain_shape") and of one
+    # compiled engine's first step ("compile"): what the budget left is held against before each starts
 
     @property
     def dtype(self) -> torch.dtype:
@@ -90,14 +91,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
                     ("albert-xxlarge-v2", 2, 64)), parity=("albert-base-v2", 4, 32),
                     finetune=("albert-base-v2", 4, 48), inference=("albert-base-v2", (1, 4), 32),
                     max_batch=("albert-large-v2", 64), max_batch_cap=6, compile_backend="aot_eager", reps=3,
-                    warmup=1, estimates=dict.fromkeys(SECTIONS, 1.0) | {"pretrain_shape": 1.0})  # fmt: skip
+                    warmup=1, estimates=dict.fromkeys([*SECTIONS, "pretrain_shape", "compile"], 1.0))  # fmt: skip
     else:
         plan = Plan(**common, shrink={}, pretrain=(("albert-base-v2", 256, 128), ("albert-large-v2", 64, 512),
                     ("albert-xxlarge-v2", 16, 512)), parity=("albert-base-v2", 8, 128),
                     finetune=("albert-base-v2", 32, 384), inference=("albert-base-v2", (32, 256), 128),
                     max_batch=("albert-large-v2", 512), max_batch_cap=4096, compile_backend="inductor", reps=10,
                     warmup=3, estimates={"parity": 20.0, "pretrain_step": 60.0, "pretrain_shape": 60.0,
-                                         "finetune_step": 30.0, "inference": 25.0, "max_batch": 80.0})  # fmt: skip
+                                         "finetune_step": 30.0, "inference": 25.0, "max_batch": 80.0,
+                                         "compile": 40.0})  # fmt: skip
     overrides = {k: v for k, v in (("max_batch_cap", args.max_batch_cap), ("compile_backend", args.compile_backend),
                                    ("reps", args.reps), ("warmup", args.warmup)) if v is not None}  # fmt: skip
     return dataclasses.replace(plan, **overrides)
@@ -147,11 +149,19 @@ def free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def first_calls(runs: dict, device: str, errors: dict) -> dict[str, float]:
+def first_calls(runs: dict, device: str, errors: dict, budget: Budget | None = None, needs: dict | None = None,
+                skipped: dict | None = None) -> dict[str, float]:  # fmt: skip
     """Seconds of each run's first call (a compiled run compiles in it); a run that raises is dropped from
-    ``runs`` and its error kept in ``errors``, so one engine's failure does not cost the others' numbers."""
+    ``runs`` and its error kept in ``errors``, so one engine's failure does not cost the others' numbers. A run
+    ``needs`` more seconds than the ``budget`` has left is dropped too, the reason kept in ``skipped``."""
     seconds = {}
     for name in list(runs):
+        why = budget.refuse(needs.get(name, 0.0)) if budget is not None and needs else None
+        if why:
+            skipped[name] = why
+            print(f"    {name} skipped: {why}", flush=True)
+            del runs[name]
+            continue
         try:
             seconds[name] = time_once(runs[name], device)
         except Exception as e:  # noqa: BLE001 - any failure of one engine is recorded, not fatal
@@ -172,6 +182,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 # --------------------------------------------------------------------------- sections
+# What each parity check holds to its tolerance: (how it reads, its key in the section's JSON)
+CHECKED = {"fp32": ("max |ours - HF|", "max_abs_diff"), "bf16": ("max |ours bf16 - HF fp32|", "ours_vs_hf_fp32")}
+
+
 def parity(plan: Plan, budget: Budget) -> dict:
     """Max |ours - HF| on the device: fp32 within 1e-4 of the outputs' scale; under bf16 autocast, ours may be
     no farther from HF's fp32 outputs than HF's own bf16 run is (2x, plus the fp32 tolerance): bf16's rounding
@@ -209,10 +223,10 @@ def parity(plan: Plan, budget: Budget) -> dict:
     result = {"preset": preset, "batch": B, "seq": S, "outputs": list(ref), "output_scale": scale,
               "cuda_matmul_allow_tf32": allow_tf32, "fp32": fp32, "bf16": bf16,
               "passed": fp32["passed"] and bf16["passed"]}  # fmt: skip
-    for k in ("fp32", "bf16"):
+    for k, (what, checked) in CHECKED.items():
         r = result[k]
-        print(f"  {k}: max |ours - HF| {r['max_abs_diff']:.2e} (tolerance {r['tolerance']:.2e}) "
-              f"{'pass' if r['passed'] else 'FAIL'}", flush=True)  # fmt: skip
+        print(f"  {k}: {what} {r[checked]:.2e} (tolerance {r['tolerance']:.2e}) {'pass' if r['passed'] else 'FAIL'}",
+              flush=True)  # fmt: skip
     return result
 
 
@@ -230,7 +244,7 @@ def pretrain_step(plan: Plan, budget: Budget) -> dict:
             print(f"  {key}: skipped ({why})", flush=True)
             continue
         start = time.perf_counter()
-        out["shapes"][key] = pretrain_shape(plan, preset, B, S, peak)
+        out["shapes"][key] = pretrain_shape(plan, budget, preset, B, S, peak)
         out["shapes"][key]["wall_s"] = time.perf_counter() - start
         estimate = max(estimate, out["shapes"][key]["wall_s"])  # the shapes grow: the last one is a floor
         torch.compiler.reset()  # drop this shape's graphs (and their hold on its models)
@@ -238,8 +252,9 @@ def pretrain_step(plan: Plan, budget: Budget) -> dict:
     return out
 
 
-def pretrain_shape(plan: Plan, preset: str, B: int, S: int, peak: float) -> dict:
-    """One shape: ours and HF, each plain and compiled (static shapes), timed in alternation."""
+def pretrain_shape(plan: Plan, budget: Budget, preset: str, B: int, S: int, peak: float) -> dict:
+    """One shape: ours and HF, each plain and compiled (static shapes; a compile the budget cannot hold is
+    skipped), timed in alternation."""
     config = plan.config(preset)
     ours, hf = (m.to(plan.device).train() for m in pair("AlbertForPreTraining", config))
     opts = {"ours": optimizer(ours, plan.device), "hf": optimizer(hf, plan.device)}
@@ -252,7 +267,9 @@ def pretrain_shape(plan: Plan, preset: str, B: int, S: int, peak: float) -> dict
             "hf_compiled": step_fn(compiled["hf"], opts["hf"], batch, plan.dtype, plan.device)}  # fmt: skip
     print(f"  {preset} batch {B} x seq {S}: first steps (compiling)...", flush=True)
     errors: dict[str, str] = {}
-    first = first_calls(runs, plan.device, errors)
+    skipped: dict[str, str] = {}
+    needs = dict.fromkeys(("ours_compiled", "hf_compiled"), plan.estimates["compile"])
+    first = first_calls(runs, plan.device, errors, budget, needs, skipped)
     resident = torch.cuda.memory_allocated() / 2**30 if plan.device == "cuda" else None
     mem = {k: peak_memory(fn, plan.device) for k, fn in runs.items()}
     med = medians(measure(runs, plan.reps, plan.warmup, plan.device))
@@ -270,7 +287,7 @@ def pretrain_shape(plan: Plan, preset: str, B: int, S: int, peak: float) -> dict
     tps = {k: e["tokens_per_s"] for k, e in engines.items()}
     return {"preset": preset, "batch": B, "seq": S, "masked_positions": int((cpu_batch["labels"] != -100).sum()),
             "useful_flops_per_step": useful, "resident_gib_before_steps": resident, "engines": engines,
-            "errors": errors, "ratio_ours_over_hf": ratio(tps.get("ours"), tps.get("hf")),
+            "errors": errors, "skipped_engines": skipped, "ratio_ours_over_hf": ratio(tps.get("ours"), tps.get("hf")),
             "ratio_ours_compiled_over_hf_compiled": ratio(tps.get("ours_compiled"), tps.get("hf_compiled")),
             "ratio_ours_over_hf_compiled": ratio(tps.get("ours"), tps.get("hf_compiled"))}  # fmt: skip
 
@@ -484,10 +501,10 @@ def table(result: dict) -> list[tuple[str, str, str, str]]:
     rows = []
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     if "fp32" in result.get("parity", {}):
-        for k in ("fp32", "bf16"):
+        for k, (what, checked) in CHECKED.items():
             p = result["parity"][k]
-            rows.append((f"parity {k} max |diff| (tol {p['tolerance']:.1e})", fmt(p["max_abs_diff"], ".2e"),
-                         "", "pass" if p["passed"] else "FAIL"))  # fmt: skip
+            rows.append((f"parity {k}: {what} (tol {p['tolerance']:.1e})", fmt(p[checked], ".2e"), "",
+                         "pass" if p["passed"] else "FAIL"))  # fmt: skip
     for key, s in result.get("pretrain_step", {}).get("shapes", {}).items():
         if "skipped" in s:
             rows.append((f"pretrain {key}", "skipped", "", ""))

@@ -52,7 +52,9 @@ def check_measured(d: dict, smoke: bool) -> None:
         if "skipped" in s:
             assert not smoke, key
             continue
-        assert not s["errors"] and sorted(s["engines"]) == sorted(ENGINES), (key, s["errors"])
+        assert not s["errors"], (key, s["errors"])
+        assert not (smoke and s["skipped_engines"]), s["skipped_engines"]
+        assert sorted([*s["engines"], *s["skipped_engines"]]) == sorted(ENGINES)
         for e in s["engines"].values():
             assert positive(e["tokens_per_s"]) and positive(e["median_s"]) and positive(e["first_step_s"])
             assert positive(e["mfu"]) and e["mfu"] < 1 and e["mfu_all_positions"] > e["mfu"]
