@@ -1,5 +1,5 @@
 """The GPU check: everything ../shared/docs/anchors.md asks of a GPU, ours against transformers side by side,
-in one command (about 8 minutes on one H200; a 450 s budget by default).
+in one command, held to 8 minutes on one H200 by a 450 s budget (not yet run on a GPU: none has been lent).
 
     python benchmarks/gpu.py --json docs/results/gpu/h200.json          # the real thing, on CUDA
     python benchmarks/gpu.py --smoke --json /tmp/gpu_smoke.json          # CPU, tiny shapes, the same code paths

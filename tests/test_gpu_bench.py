@@ -159,3 +159,33 @@ def test_json_is_strict_even_when_a_number_is_not_finite(tmp_path):
     text = path.read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"parity": {"max_abs_diff": "nan", "tries": [[1, True, "inf"]]}}
+
+
+class _Fits(torch.nn.Module):
+    """A model that runs out of memory above ``limit`` rows, or fails otherwise with ``other``."""
+
+    def __init__(self, limit: int, other: bool = False):
+        super().__init__()
+        self.w, self.limit, self.other = torch.nn.Parameter(torch.ones(3)), limit, other
+
+    def forward(self, input_ids, **_):
+        if input_ids.shape[0] > self.limit:
+            raise RuntimeError("shapes cannot be multiplied") if self.other else torch.cuda.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 80.00 GiB")
+        return type("Out", (), {"loss": (self.w * input_ids.shape[0]).sum()})()
+
+
+def test_a_step_out_of_memory_means_it_does_not_fit_and_other_errors_propagate():
+    import argparse
+
+    gpu = gpu_module()
+    plan = gpu.make_plan(argparse.Namespace(smoke=True, precision="fp32", max_batch_cap=None, compile_backend=None,
+                                            reps=None, warmup=None))  # fmt: skip
+    config = plan.config(plan.max_batch[0])
+    model = _Fits(limit=11)
+    opt = torch.optim.AdamW(model.parameters())
+    found = gpu.largest_batch(lambda b: gpu.fits(model, opt, config, b, 8, plan), 64, gpu.Budget(60))
+    assert found["largest"] == 11 and found["smallest_failing"] == 12, found
+    assert model.w.grad is None  # freed after every try
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        gpu.fits(_Fits(limit=1, other=True), opt, config, 4, 8, plan)
