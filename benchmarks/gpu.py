@@ -280,7 +280,8 @@ def pretrain_shape(plan: Plan, budget: Budget, preset: str, B: int, S: int, peak
     for k, t in med.items():
         engines[k] = {"median_s": t, "tokens_per_s": B * S / t, "first_step_s": first[k],
                       "mfu": useful / t / peak if peak else None,
-                      "mfu_all_positions": every / t / peak if peak else None, "peak_mem_gib": mem[k]}  # fmt: skip
+                      "mfu_all_positions": every / t / peak if peak else None, "peak_mem_gib": mem[k],
+                      "step_mem_gib": mem[k] - resident if mem[k] is not None else None}  # fmt: skip
         mfu = f"  MFU {engines[k]['mfu']:.1%}" if peak else ""
         gib = f"  peak {mem[k]:.1f} GiB" if mem[k] is not None else ""
         print(f"    {k:14s} {B * S / t:12,.0f} tokens/s{mfu}{gib}  (first step {first[k]:.1f} s)", flush=True)
