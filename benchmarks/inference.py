@@ -38,7 +38,6 @@ import argparse
 import csv
 import itertools
 import json
-import platform
 import random
 import statistics
 import tempfile
@@ -48,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from timing import torch_gemm_tflops
+from timing import machine, torch_gemm_tflops
 
 import albertlm
 from albertlm import AlbertConfig
@@ -66,16 +65,6 @@ def read_sst2(name: str) -> tuple[list[str], list[int]]:
     with open(SST2 / name, encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     return [r["sentence"].strip() for r in rows], [int(r["label"]) for r in rows]
-
-
-def machine() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # --------------------------------------------------------------------------- engines

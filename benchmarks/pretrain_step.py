@@ -24,7 +24,7 @@ import statistics
 import tempfile
 
 import torch
-from timing import measure, sync, time_once, torch_gemm_tflops  # benchmarks/timing.py, beside this script
+from timing import measure, peak_memory, time_once, torch_gemm_tflops  # benchmarks/timing.py, beside this script
 
 import albertlm
 from albertlm import AlbertConfig
@@ -61,14 +61,15 @@ def step_fn(model, opt, batch, dtype, device):
     return step
 
 
-def peak_memory(fn, device: str) -> float | None:
-    if device != "cuda":
-        return None
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    sync(device)
-    return torch.cuda.max_memory_allocated() / 2**30
+def mfu_peak(device: str, dtype: str) -> tuple[float, str]:
+    """FLOP/s that MFU divides by, and where it comes from: the GPU's dense bf16 datasheet peak
+    (training.pretrain.PEAK_BF16_TFLOPS), or on CPU the measured rate of one large matmul in ``dtype``
+    ("fp32" / "bf16"), so bf16 is held to bf16's rate. 0 where neither is known (no MFU then)."""
+    peak, source = peak_flops(PretrainConfig(out="", data=""), DistInfo(False, 0, 0, 1, torch.device(device)))
+    if not peak and device == "cpu":
+        peak = torch_gemm_tflops(torch.bfloat16 if dtype == "bf16" else torch.float32) * 1e12
+        source = f"this CPU's measured {dtype} matmul rate (4096x768 @ 768x3072)"
+    return peak, source
 
 
 def packing_comparison(path: str, config: AlbertConfig, micro: int, reps: int, device: str) -> dict:
@@ -149,11 +150,7 @@ def step_comparison(args: argparse.Namespace) -> dict:
         runs["hf_compile"] = step_fn(torch.compile(hf), opt_h, batch, dtype, args.device)
     mem = {k: peak_memory(fn, args.device) for k, fn in runs.items()}
     times = measure(runs, args.reps, args.warmup, args.device)
-    peak, peak_src = peak_flops(PretrainConfig(out="", data=""),
-                                DistInfo(False, 0, 0, 1, torch.device(args.device)))
-    if not peak and args.device == "cpu":  # no datasheet peak: the measured matmul rate of the precision in use
-        peak = torch_gemm_tflops(torch.bfloat16 if args.dtype == "bf16" else torch.float32) * 1e12
-        peak_src = f"this CPU's measured {args.dtype} matmul rate (4096x768 @ 768x3072)"
+    peak, peak_src = mfu_peak(args.device, args.dtype)
     flops = useful_flops(config, {k: v.cpu() for k, v in batch.items()})
     print(f"{args.preset} pretraining step (fwd+bwd+AdamW), batch {B} x seq {S}, {args.device} {args.dtype}, "
           f"{torch.get_num_threads()} threads, median of {args.reps}; MFU vs {peak_src}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -11,6 +13,28 @@ import torch
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def machine() -> str:
+    """The CPU's model name (from /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peak_memory(fn: Callable[[], object], device: str) -> float | None:
+    """GiB of CUDA memory allocated at the peak of one call of ``fn`` (everything resident counts); None off CUDA."""
+    if device != "cuda":
+        return None
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    sync(device)
+    return torch.cuda.max_memory_allocated() / 2**30
 
 
 def time_once(fn: Callable[[], object], device: str) -> float:
