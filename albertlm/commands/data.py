@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip files in input directories matching this pattern (e.g. heldout.txt)",
     )
     b.add_argument("--tokenizer", required=True, help="tokenizer directory or file (spiece.model / vocab.txt)")
-    b.add_argument("--out", required=True, help="output directory (manifest.json is written there last)")
+    b.add_argument("--out", required=True, help="output directory (manifest.json is written there last), or "
+                   "object storage: s3://bucket/prefix (built locally, then uploaded, its manifest last)")
     add_flags(b, InstanceConfig)
     add_flags(b, BuildSettings)
     from albertlm.data.tables import TextColumns
@@ -65,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_demo_corpus)
 
 
-def _summary_line(m: dict, out: Path) -> str:
+def _summary_line(m: dict, out: str | Path) -> str:
     c = m["counts"]
     inst = c.get("instances")
     parts = [f"{c.get('documents', 0)} documents", f"{c.get('sentences', 0)} sentences", f"{c.get('tokens', 0)} tokens"]
@@ -97,7 +98,7 @@ _WARNINGS = (
 
 def run_build(args: argparse.Namespace) -> int:
     from albertlm.commands.flags import build
-    from albertlm.data import InstanceConfig, build_dataset, tables
+    from albertlm.data import InstanceConfig
     from albertlm.data.shards import BuildSettings
     from albertlm.errors import UserError
     from albertlm.tokenizer import load_tokenizer
@@ -108,10 +109,33 @@ def run_build(args: argparse.Namespace) -> int:
     s = build(args, BuildSettings)
     tok = load_tokenizer(args.tokenizer)
     t0 = time.time()
-    m = build_dataset(
+    with _destination(args.out) as out:
+        m = _build(args, tok, out, s, cfg)
+    m["seconds"] = time.time() - t0
+    warn = {k: m["counts"][k] for k in _WARNINGS if m["counts"].get(k)}
+    if warn:
+        print("warnings: " + ", ".join(f"{k}={v}" for k, v in warn.items()))
+    print(_summary_line(m, args.out))
+    return 0
+
+
+def _destination(out: str):  # noqa: ANN202
+    """--out itself, or for object storage (s3://...) a local folder uploaded when the build is done."""
+    import contextlib
+
+    from albertlm.data.remote import is_remote, staged_upload
+
+    return staged_upload(out) if is_remote(out) else contextlib.nullcontext(out)
+
+
+def _build(args: argparse.Namespace, tok, out, s, cfg) -> dict:  # noqa: ANN001
+    from albertlm.commands.flags import build
+    from albertlm.data import build_dataset, tables
+
+    return build_dataset(
         args.input,
         tok,
-        args.out,
+        out,
         compat=s.compat,
         mode=s.mode,
         cfg=cfg,
@@ -125,12 +149,6 @@ def run_build(args: argparse.Namespace) -> int:
         progress=True,
         columns=build(args, tables.TextColumns),
     )
-    m["seconds"] = time.time() - t0
-    warn = {k: m["counts"][k] for k in _WARNINGS if m["counts"].get(k)}
-    if warn:
-        print("warnings: " + ", ".join(f"{k}={v}" for k, v in warn.items()))
-    print(_summary_line(m, Path(args.out)))
-    return 0
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -320,6 +320,11 @@ def build_dataset(
     data is), "transformers", or None for the one the tokenizer records. Parquet / Arrow files and saved
     ``datasets`` folders among the inputs are read by ``columns`` (see albertlm.data.tables).
     """
+    from albertlm.data.remote import is_remote
+
+    if is_remote(out_dir):
+        raise UserError(f"build_dataset writes a local folder, not {out_dir}: build inside "
+                        "`with albertlm.data.remote.staged_upload(url) as folder:` (what `data build --out` does)")
     if compat is not None and compat != tokenizer.compat:
         tokenizer = tokenizer.with_compat(compat)
     cfg = cfg or InstanceConfig()

@@ -59,9 +59,13 @@ LR_DEFAULTS = {"lamb": 1.76e-3, "adamw": 5e-4}  # the paper's LAMB rate for batc
 class PretrainConfig:
     out: str = _opt("runs/pretrain", "run directory: metrics.jsonl, checkpoints/, final/")
     overwrite: bool = _opt(False, "replace the run already in --out (removes only the files a run writes there)")
-    data: str | None = _opt(None, "shards from `albertlm data build`; omit for the embedded demo corpus")
-    valid_data: str | None = _opt(None, "held-out shards for periodic validation")
+    data: str | None = _opt(None, "shards from `albertlm data build` (a folder, or s3://bucket/prefix); omit for "
+                            "the embedded demo corpus")
+    valid_data: str | None = _opt(None, "held-out shards for periodic validation (a folder or a URL)")
     verify_data: bool = _opt(True, "check every shard's sha256 before training (--no-verify-data skips the read)")
+    cache_dir: str | None = _opt(None, "where shards from object storage are cached (default: $ALBERTLM_CACHE or "
+                                 "~/.cache/albertlm)")
+    cache_gb: float = _opt(50.0, "the cache's size limit; least recently used builds go first", above=0)
     preset: str = _opt("albert-tiny", "model preset (see `albertlm params`); V and special ids come from the data")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # --set FIELD=VALUE, e.g. {"sharing": "none"}
     init_from: str | None = _opt(None, "start from these weights (HF-layout model directory)")
@@ -319,9 +323,10 @@ class Run:
             torch.distributed.barrier()
         if cfg.overwrite and info.is_main and rundir.holds_run(self.out):
             rundir.remove_previous_run(self.out)
-        manifest = load_manifest(cfg.data, verify=cfg.verify_data)
-        self.dataset = PretrainingDataset(cfg.data)
-        self.valid = PretrainingDataset(cfg.valid_data, verify=cfg.verify_data) if cfg.valid_data else None
+        data, valid = self._local(cfg.data), self._local(cfg.valid_data)
+        manifest = load_manifest(data, verify=cfg.verify_data)
+        self.dataset = PretrainingDataset(data)
+        self.valid = PretrainingDataset(valid, verify=cfg.verify_data) if valid else None
         self.task = manifest["settings"].get("task", "sop")
         tok = manifest["tokenizer"]
         self.tokenizer_path = tok.get("path")
@@ -356,6 +361,17 @@ class Run:
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.tokens_seen = 0, 0
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
+
+    def _local(self, path: str | None) -> str | None:
+        """A local folder for ``path``: itself, or for object storage its copy in the cache (albertlm.data.remote;
+        the ranks of one host share it, one of them downloading)."""
+        from albertlm.data.remote import fetch, is_remote
+
+        if not is_remote(path):
+            return path
+        local = str(fetch(path, self.cfg.cache_dir, self.cfg.cache_gb))
+        print0(self.info, f"{path}: read from its cached copy {local}")
+        return local
 
     # -------------------------------------------------------------- state
     def autocast(self):

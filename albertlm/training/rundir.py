@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from albertlm.data.remote import is_remote
 from albertlm.errors import UserError
 from albertlm.files import write_text_atomic
 
@@ -48,7 +49,7 @@ def settings_json(cfg: Any, run_dir: Path) -> dict[str, Any]:
     base = Path(os.path.abspath(run_dir))
     for name in PATH_FIELDS:
         value = settings.get(name)
-        if value:
+        if value and not is_remote(value):  # (an s3:// URL stays as it is)
             p = Path(os.path.abspath(value))
             settings[name] = os.path.relpath(p, base) if p.is_relative_to(base) else str(p)
     return settings
@@ -76,7 +77,7 @@ def read_config(run_dir: str | Path) -> tuple[dict[str, Any], str | None]:
     run_id = saved.pop("run_id", None)
     for name in PATH_FIELDS:
         value = saved.get(name)
-        if value and not Path(value).is_absolute():
+        if value and not is_remote(value) and not Path(value).is_absolute():
             saved[name] = str(run_dir / value)
     return saved, run_id
 

@@ -1,0 +1,197 @@
+"""Shards in object storage: ``data build --out s3://bucket/prefix`` and ``pretrain --data s3://bucket/prefix``
+(or any URL fsspec has a filesystem for: ``gs://``, ``az://``, ...; ``s3fs`` for S3, extra ``objectstore``).
+
+A build is written locally, then uploaded file by file with its manifest.json last: a reader sees the old
+build or the new one, never half of one. Reading fetches whole shard files, in parallel, into a bounded local
+cache (``$ALBERTLM_CACHE``, default ``~/.cache/albertlm``; ``--cache-gb``), checks each against the sha256 its
+manifest records, then memory-maps them as a local build: the data order, ``--resume`` at any step and the
+pretraining speed are those of a local folder, since the training loop never reads the network. Processes on
+one host share the cache (a lock file: one downloads, the others wait and reuse it). A dynamic build draws
+segments from every shard at any step, so the whole build must fit in the cache; a build that does not is
+refused in one line rather than thrashing. Credentials come from the environment as for any S3 client
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible servers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from albertlm.errors import DataError, MissingDependency
+from albertlm.files import sha256, write_text_atomic
+
+_log = logging.getLogger(__name__)
+
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+CACHE_MARK = ".albertlm-cache"  # in every folder the cache made (the only ones eviction may delete)
+MANIFEST = "manifest.json"
+
+
+def is_remote(path: str | Path | None) -> bool:
+    """A URL other than file:// (those name object storage; a plain path is a local folder)."""
+    return path is not None and bool(_URL.match(str(path))) and not str(path).startswith("file://")
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """(the fsspec filesystem for ``url``, the path inside it); one line when its library is missing."""
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependency("object storage needs fsspec and s3fs: pip install 'albertlm[objectstore]'") from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        raise MissingDependency(f"{url}: no filesystem for this URL ({e}); for s3:// pip install "
+                                "'albertlm[objectstore]'") from None
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    return Path(cache_dir or os.environ.get("ALBERTLM_CACHE") or Path.home() / ".cache" / "albertlm") / "shards"
+
+
+def _files(manifest: dict) -> list[tuple[str, dict]]:
+    """(path inside the build, its manifest entry) of every shard file, as ``load_manifest`` checks them."""
+    sdir = manifest["shard_dir"]
+    entries = [("word_start", manifest["word_start"])]
+    entries += [(f"{i:05d}.{k}", f) for i, s in enumerate(manifest["shards"]) for k, f in s["files"].items()]
+    return [(f"{sdir}/{name}.bin", f) for name, f in entries]
+
+
+def _remote_manifest(fs: Any, root: str, url: str) -> dict:
+    try:
+        text = fs.cat_file(f"{root}/{MANIFEST}")
+    except FileNotFoundError:
+        raise DataError(f"{url} holds no {MANIFEST}: not a finished albertlm data build (build one with "
+                        f"`albertlm data build --out {url}`)") from None
+    except Exception as e:  # the client's own errors: credentials, endpoint, permissions
+        raise DataError(f"{url}: cannot read {MANIFEST} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                        "check the credentials and AWS_ENDPOINT_URL in the environment") from None
+    try:
+        manifest = json.loads(text)
+        _files(manifest)
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{url}/{MANIFEST} is damaged ({e}); build the data again") from None
+    return manifest
+
+
+def fetch(url: str, cache_dir: str | Path | None = None, cache_gb: float = 50.0, workers: int = 8) -> Path:
+    """The build at ``url`` as a local folder in the cache (downloaded, or reused when its files verify)."""
+    fs, root = filesystem(url)
+    manifest = _remote_manifest(fs, root, url)
+    key = hashlib.sha256(f"{url.rstrip('/')}\n{manifest.get('build_id')}".encode()).hexdigest()[:20]
+    cache = cache_root(cache_dir)
+    local = cache / key
+    need = sum(f["bytes"] for _, f in _files(manifest))
+    if need > cache_gb * 1e9:
+        raise DataError(f"{url} is {need / 1e9:.1f} GB, more than the cache's {cache_gb:g} GB (--cache-gb): every "
+                        "step may read any shard, so the whole build must fit; raise --cache-gb")  # fmt: skip
+    local.mkdir(parents=True, exist_ok=True)
+    (local / CACHE_MARK).touch()
+    with _locked(local / ".lock"):
+        if not _complete(local, manifest):
+            t0 = time.time()
+            _download(fs, root, local, manifest, workers)
+            write_text_atomic(local / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+            _log.info("fetched %s (%.1f MB) into %s in %.1f s", url, need / 1e6, local, time.time() - t0)
+    os.utime(local / CACHE_MARK)  # most recently used
+    _evict(cache, keep=local, limit=cache_gb * 1e9)
+    return local
+
+
+def _complete(local: Path, manifest: dict) -> bool:
+    """The cached copy is this build, whole (sizes; each file was checked against its sha256 when it came)."""
+    try:
+        if json.loads((local / MANIFEST).read_text(encoding="utf-8")) != manifest:
+            return False
+    except (OSError, ValueError):
+        return False
+    return all((local / name).is_file() and (local / name).stat().st_size == f["bytes"] for name, f in _files(manifest))
+
+
+def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> None:
+    (local / MANIFEST).unlink(missing_ok=True)  # the copy is complete again only when the manifest is back
+
+    def get(item: tuple[str, dict]) -> None:
+        name, entry = item
+        dest = local / name
+        if dest.is_file() and dest.stat().st_size == entry["bytes"] and sha256(dest) == entry["sha256"]:
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        fs.get_file(f"{root}/{name}", str(tmp))
+        if sha256(tmp) != entry["sha256"]:
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"{root}/{name} does not match the sha256 its manifest records: the object is "
+                            "damaged or was replaced mid-read; build the data again")  # fmt: skip
+        os.replace(tmp, dest)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(get, _files(manifest)))
+
+
+def _evict(cache: Path, keep: Path, limit: float) -> None:
+    """Delete the least recently used cached builds (only folders the cache made) until the cache fits."""
+    entries = [p for p in cache.iterdir() if p.is_dir() and (p / CACHE_MARK).is_file()] if cache.is_dir() else []
+    sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in entries}
+    total = sum(sizes.values())
+    for p in sorted(entries, key=lambda p: (p / CACHE_MARK).stat().st_mtime):
+        if total <= limit:
+            break
+        if p != keep:
+            shutil.rmtree(p, ignore_errors=True)
+            total -= sizes[p]
+            _log.info("cache: removed %s (least recently used) to stay within %.0f GB", p, limit / 1e9)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def upload(local: Path, url: str, workers: int = 8) -> None:
+    """Put the finished build in ``local`` at ``url``: the shard files, then manifest.json (the switch), then
+    the shard folder the previous manifest there named, if any (an earlier build's, so ours to remove)."""
+    fs, root = filesystem(url)
+    manifest = json.loads((local / MANIFEST).read_text(encoding="utf-8"))
+    try:
+        previous = json.loads(fs.cat_file(f"{root}/{MANIFEST}")).get("shard_dir")
+    except FileNotFoundError:
+        previous = None
+    except Exception as e:
+        raise DataError(f"{url}: cannot reach the object store ({type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                        "); check the credentials and AWS_ENDPOINT_URL in the environment") from None
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(lambda item: fs.put_file(str(local / item[0]), f"{root}/{item[0]}"), _files(manifest)))
+    fs.pipe_file(f"{root}/{MANIFEST}", (local / MANIFEST).read_bytes())
+    if previous and previous != manifest["shard_dir"] and re.fullmatch(r"shards-[\w-]+", previous):
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(f"{root}/{previous}", recursive=True)
+
+
+@contextlib.contextmanager
+def staged_upload(url: str, cache_dir: str | Path | None = None):
+    """A local folder to build into; when the block ends without an error, its build goes to ``url``
+    (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build."""
+    import tempfile
+
+    filesystem(url)
+    base = cache_root(cache_dir).parent
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base, prefix="upload-") as tmp:
+        yield Path(tmp)
+        upload(Path(tmp), url)
