@@ -54,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.time()
     demo = False
-    if args.resume:
+    resume: bool | str = args.resume
+    if not args.resume and _elastic_restart(args.out):
+        resume = "auto"  # torchrun restarted the workers (a host failed or joined): the run goes on
+        cfg = _config_from_args(args)
+    elif args.resume:
         cfg = load_run_config(args.out or DEMO["out"])
         cfg.overwrite = bool(args.overwrite)  # refused with --resume by the run itself
         if args.max_steps:
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = _config_from_args(args, dataclasses.replace(base, data=data, valid_data=valid))
     else:
         cfg = _config_from_args(args)
-    result = pretrain(cfg, resume=args.resume)
+    result = pretrain(cfg, resume=resume)
     if result.get("world_size", 1) > 1 and not _is_rank0():
         return 0
     valid = ""
@@ -93,3 +97,13 @@ def _is_rank0() -> bool:
     import os
 
     return os.environ.get("RANK", "0") == "0"
+
+
+def _elastic_restart(out: str | None) -> bool:
+    """torchrun's agent restarted this worker (TORCHELASTIC_RESTART_COUNT > 0) and its run is in --out."""
+    import os
+
+    from albertlm.training.rundir import RUN_CONFIG
+
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return restarts > 0 and out is not None and (Path(out) / RUN_CONFIG).is_file()

@@ -360,6 +360,7 @@ class Run:
                                                         self.stepper.scheduler)  # (the state's parts)
         self.collate = make_collator(cfg, self.dataset, max_len)
         self.step, self.tokens_seen = 0, 0
+        self.resumed_from: tuple[str, int] | None = None  # (checkpoint, its world size) after resume()
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
 
     def _local(self, path: str | None) -> str | None:
@@ -395,6 +396,7 @@ class Run:
         if state is None:
             return False
         self.load_state_dict(state)
+        self.resumed_from = (str(state["path"]), int(state["world_size"]))
         print0(self.info, f"resumed from {state['path']} at step {self.step}")
         return True
 
@@ -425,12 +427,15 @@ class Run:
 
         cfg, info = self.cfg, self.info
         where = state.get("path", "the checkpoint")
-        if (state["world_size"], state["global_batch_size"], state["config"].get("fsdp", False)) != (
-                info.world_size, cfg.global_batch_size, cfg.fsdp):
-            raise TrainingError(f"{where} was written by {state['world_size']} processes, global batch "
-                                f"{state['global_batch_size']}, fsdp={state['config'].get('fsdp', False)}; "
-                                "resume with the same settings")
-        if cfg.fsdp and info.enabled:
+        if (state["global_batch_size"], state["config"].get("fsdp", False)) != (cfg.global_batch_size, cfg.fsdp):
+            raise TrainingError(f"{where} was written with global batch {state['global_batch_size']} and "
+                                f"fsdp={state['config'].get('fsdp', False)}: the data position counts global batches "
+                                "and the optimizer state's layout follows --fsdp, so resume with the same two "
+                                "(the number of processes and hosts may change)")  # fmt: skip
+        if state["world_size"] != info.world_size:
+            print0(info, f"{where}: written by {state['world_size']} process(es), resumed by {info.world_size}: "
+                         "the full model and optimizer state reshard, the data position is the global step's")
+        if cfg.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
             set_state_dict(self.wrapped, self.optimizer, model_state_dict=hf_to_ours(state["model"], self.model),
@@ -444,11 +449,14 @@ class Run:
         self.step, self.nonfinite, self.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
         self.batches.epoch, self.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
         ckpt.set_host_rng_state(state["host_rng"])
-        ckpt.set_rng_state(state["rng"])
+        if state["rng"] is not None:
+            ckpt.set_rng_state(state["rng"])
+        else:  # a rank the writing run did not have (more processes now): dropout seeded from the step
+            torch.manual_seed(cfg.seed * 1_000_003 + self.step * 1_009 + info.rank)
 
     def full_state(self) -> tuple[dict, dict]:
         """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
-        if self.cfg.fsdp and self.info.enabled:
+        if self.cfg.fsdp:  # (also in one process: the state keeps the layout FSDP runs of any size read)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
             opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -464,6 +472,10 @@ class Run:
         model = self.stepper.forward
         metrics = Tracker(self.out, cfg.report_to, name=self.out.name, params=dataclasses.asdict(cfg),
                           resumed_step=self.step if self.step else None, enabled=info.is_main)
+        if self.resumed_from is not None:  # the restart in the run's own record
+            path, before = self.resumed_from
+            metrics.log({"step": self.step, "event": "resumed", "checkpoint": path, "world_size_before": before,
+                         "world_size": info.world_size, "time": time.time()})  # fmt: skip
         peak, peak_src = peak_flops(cfg, info)
         print0(info, f"model: {self.model.num_parameters():,} parameters ({cfg.preset}, sharing="
                      f"{self.config.sharing}); data: {len(self.dataset):,} instances, task {self.task}; "
@@ -575,13 +587,18 @@ def load_run_config(out: str | Path) -> PretrainConfig:
     return PretrainConfig(**{k: v for k, v in saved.items() if k in fields}, out=str(out))
 
 
-def pretrain(cfg: PretrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group."""
-    run = Run(cfg, resume)
+def pretrain(cfg: PretrainConfig, resume: bool | str = False) -> dict[str, Any]:
+    """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group.
+
+    ``resume="auto"`` is a restart by torchrun's elastic agent (a host failed, left or joined): the run goes on
+    from its newest valid checkpoint at the new world size, or from step 0 when none was written yet."""
+    run = Run(cfg, bool(resume))
     try:
         if resume and not run.resume():
-            raise TrainingError(f"--resume: no valid checkpoint under {run.ckpt_root} (see the warnings above); "
-                                f"start afresh with --overwrite, or restore a checkpoint there")
+            if resume != "auto":
+                raise TrainingError(f"--resume: no valid checkpoint under {run.ckpt_root} (see the warnings above); "
+                                    f"start afresh with --overwrite, or restore a checkpoint there")
+            print0(run.info, f"restarted by torchrun before any checkpoint in {run.ckpt_root}: from step 0")
         result = run.train()
         result["world_size"] = run.info.world_size
         return result

@@ -1,0 +1,93 @@
+"""Hosts of our own for the multi-host tests: network namespaces joined by a veth pair (iproute2; root), each
+running its own torchrun agent, all traffic on that private link (the namespaces have nothing else but lo).
+Hosts that cannot be made fail the test: this tier must not pass by skipping."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if r.returncode:
+        pytest.fail(f"`ip {' '.join(args)}` failed ({r.stderr.strip()}): the multihost tier needs root and iproute2 "
+                    "network namespaces", pytrace=False)
+
+
+@dataclass
+class Host:
+    ns: str
+    dev: str
+    addr: str
+
+    def run(self, cmd: list[str], log: Path) -> subprocess.Popen:
+        """``cmd`` inside this host, its own process group, output to ``log``."""
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": self.dev,
+               "TORCHELASTIC_ERROR_FILE": str(log.with_suffix(".error.json")),
+               # the workers' own store, not the rendezvous one: with it shared, a host that rejoins waits forever
+               # for MASTER_ADDR (the README says so beside the multi-host commands)
+               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # fmt: skip
+        out = open(log, "ab")
+        return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=REPO)  # fmt: skip
+
+    def pids(self) -> list[int]:
+        r = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True, text=True)
+        return [int(p) for p in r.stdout.split()]
+
+    def kill_all(self) -> int:
+        """SIGKILL every process of this host (its agent and workers): a host that dies."""
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
+
+
+@contextlib.contextmanager
+def two_hosts():
+    """Two hosts 10.<a>.<b>.1 and .2 on their own veth link (names random per test: xdist-safe)."""
+    tag = secrets.token_hex(3)
+    a, b = int(tag[:2], 16) % 200 + 20, int(tag[2:4], 16)
+    hosts = [Host(f"alb-{tag}-{i}", f"v{tag}{i}", f"10.{a}.{b}.{i + 1}") for i in range(2)]
+    try:
+        _ip("link", "add", hosts[0].dev, "type", "veth", "peer", "name", hosts[1].dev)
+        for h in hosts:
+            _ip("netns", "add", h.ns)
+            _ip("link", "set", h.dev, "netns", h.ns)
+            _ip("-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", h.dev)
+            _ip("-n", h.ns, "link", "set", h.dev, "up")
+            _ip("-n", h.ns, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for h in hosts:
+            h.kill_all()
+        time.sleep(0.2)
+        for h in hosts:
+            subprocess.run(["ip", "netns", "del", h.ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", hosts[0].dev], capture_output=True)  # (gone with its namespace)
+
+
+def torchrun(host: Host, endpoint: str, nnodes: str, *args: str, max_restarts: int = 0) -> list[str]:
+    """A torchrun agent on ``host``: c10d rendezvous at ``endpoint`` (the first host's address), one worker."""
+    # is_host: the first host's agent serves the rendezvous store (torchrun tells that from the hostname on real
+    # hosts; here every namespace has the machine's)
+    conf = ("join_timeout=60,last_call_timeout=1,close_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3,"
+            f"is_host={'true' if endpoint.split(':')[0] == host.addr else 'false'}")
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", nnodes, "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "albertlm-test", "--rdzv-conf", conf,
+            "--local-addr", host.addr, "--max-restarts", str(max_restarts), "--monitor-interval", "0.5",
+            "-m", "albertlm", *args]  # fmt: skip
+

@@ -1,0 +1,124 @@
+"""Pretraining across hosts of our own (network namespaces, tests/multihost/conftest.py): two hosts give the
+weights of one host on the same global batch, and a host killed mid-run (every process of it, SIGKILL) leaves
+a job that re-forms on the host left, goes on from its last checkpoint, and takes the host back when it
+returns. Marker `multihost` (CI runs `pytest -m multihost`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hosts import REPO, torchrun
+from safetensors.torch import load_file
+from shared_data import docstring_corpus
+
+pytestmark = pytest.mark.multihost
+
+TINY = ["--set=hidden_size=32", "--set=num_attention_heads=2", "--set=intermediate_size=64", "--set=embedding_size=16",
+        "--set=num_hidden_layers=2", "--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
+        "--set=classifier_dropout_prob=0"]  # no dropout: hosts draw other masks than one process would  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    from albertlm.data import InstanceConfig, build_dataset
+    from albertlm.data.tokenizer_training import train_sentencepiece
+
+    root = tmp_path_factory.mktemp("multihost")
+    text = docstring_corpus(root / "corpus.txt", 250)
+    tok = train_sentencepiece([text], root / "tok", vocab_size=600)
+    build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
+    return root / "shards"
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "final" / "model.safetensors"))
+
+
+def _wait(procs: list[subprocess.Popen], timeout: float) -> None:
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pytest.fail("a torchrun agent did not finish in time")
+
+
+def test_two_hosts_equal_one_host(two_hosts, shards, tmp_path):
+    common = ["pretrain", "--data", str(shards), "--max-steps", "4", "--warmup-steps", "1", "--global-batch-size", "8",
+              "--micro-batch-size", "4", "--save-every", "2", "--eval-every", "1000", "--no-progress", "--lr", "5e-3",
+              *TINY]  # fmt: skip
+    one = subprocess.run([sys.executable, "-m", "albertlm", *common, "--out", str(tmp_path / "one")],
+                         env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-2000:]
+    endpoint = f"{two_hosts[0].addr}:29511"
+    logs = [tmp_path / f"host{i}.log" for i in range(2)]
+    procs = [h.run(torchrun(h, endpoint, "2", *common, "--out", str(tmp_path / "two")), log)
+             for h, log in zip(two_hosts, logs, strict=True)]  # fmt: skip
+    _wait(procs, 240)
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], atol=1e-5, rtol=1e-4, msg=k)
+    state = json.loads((tmp_path / "two" / "checkpoints" / "step_00000004" / "state.json").read_text())
+    assert state["world_size"] == 2
+
+
+def test_a_killed_host_leaves_the_job_going_and_rejoins(two_hosts, shards, tmp_path):
+    """SIGKILL every process of host 1 mid-run: host 0's agent re-forms the job alone (--nnodes 1:2) and it
+    goes on from the last checkpoint; host 1 started again rejoins and the run ends on both, its metrics
+    showing both restarts, nothing saved lost, the final model loadable."""
+    out = tmp_path / "run"
+    common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", "400", "--warmup-steps", "2",
+              "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "5", "--keep-last", "0",
+              "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
+    endpoint = f"{two_hosts[0].addr}:29512"
+    logs = [tmp_path / f"host{i}.log" for i in range(2)]
+    h0, h1 = two_hosts
+    agent0 = h0.run(torchrun(h0, endpoint, "1:2", *common, max_restarts=5), logs[0])
+    time.sleep(1.0)  # host 0's agent serves the rendezvous store
+    h1.run(torchrun(h1, endpoint, "1:2", *common, max_restarts=5), logs[1])
+
+    def saved(step: int) -> bool:
+        return (out / "checkpoints" / f"step_{step:08d}" / "checksums.json").is_file()
+
+    deadline = time.time() + 150
+    while not saved(10) and time.time() < deadline and agent0.poll() is None:
+        time.sleep(0.1)
+    assert saved(10), logs[0].read_text()[-3000:]
+    killed_at = time.time()
+    assert h1.kill_all() >= 2  # its agent and its worker
+    while not any(json.loads(r).get("event") == "resumed" and json.loads(r)["world_size"] == 1
+                  for r in (out / "metrics.jsonl").read_text().splitlines()) and time.time() < deadline:  # fmt: skip
+        time.sleep(0.2)
+    recovered = time.time() - killed_at
+    while not saved(25) and time.time() < deadline and agent0.poll() is None:
+        time.sleep(0.1)
+    assert saved(25), logs[0].read_text()[-3000:]  # host 0 alone went on
+    back = time.time()
+    h1.run(torchrun(h1, endpoint, "1:2", *common, max_restarts=5), logs[1])  # the host comes back
+    while not any(json.loads(r).get("event") == "resumed" and json.loads(r)["world_size"] == 2
+                  for r in (out / "metrics.jsonl").read_text().splitlines()) and agent0.poll() is None:  # fmt: skip
+        time.sleep(0.2)
+    rejoined = time.time() - back
+    _wait([agent0], 200)
+    assert agent0.returncode == 0, logs[0].read_text()[-3000:]
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    events = [r for r in rows if r.get("event") == "resumed"]
+    assert [e["world_size"] for e in events][:1] == [1] and events[-1]["world_size"] == 2, events
+    assert events[0]["step"] >= 10  # from the last checkpoint before the kill: nothing saved was lost
+    steps = sorted({r["step"] for r in rows if "loss" in r})
+    assert steps[-1] == 400 and set(range(1, 401)) <= set(steps)
+    from albertlm import AlbertForPreTraining
+
+    AlbertForPreTraining.from_pretrained(out / "final")
+    report = {"seconds_to_resume_alone": recovered, "seconds_to_rejoin": rejoined, "events": events,
+              "steps_redone": [e["step"] for e in events]}  # fmt: skip
+    (tmp_path / "recovery.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
