@@ -295,3 +295,55 @@ def test_mlm_accuracy_at_mask_excludes_copyable_positions():
     _, s = micro_step(copier, {"input_ids": ids, "labels": labels}, contextlib.nullcontext, mask_id)
     assert (s["mlm_correct"], s["mlm_total"]) == (2, 5)
     assert (s["mlm_mask_correct"], s["mlm_mask_total"]) == (0, 3)
+
+
+def test_the_samples_of_a_step_depend_on_seed_and_step_only_not_on_the_topology():
+    """Global batch 12 over 1x(acc 6), 2x3, 3x2, 6x1 processes (micro-batch 2), across epoch boundaries of a
+    dataset whose length changes: every step sees the same sample ids in the same order. A run resumed at
+    another world size from the position a checkpoint saves (epoch, step in epoch) sees the rest exactly as
+    the uninterrupted run does."""
+    import torch as _torch
+
+    from albertlm.training.distributed import DistInfo
+    from albertlm.training.pretrain import StepBatches
+
+    class Replanned:
+        sizes = {0: 50, 1: 37, 2: 61}
+
+        def __init__(self):
+            self.epoch = 0
+
+        def set_epoch(self, e):
+            self.epoch = e
+
+        def __len__(self):
+            return self.sizes.get(self.epoch, 40)
+
+    cfg = PretrainConfig(out="", data="d", global_batch_size=12, micro_batch_size=2, seed=7)
+
+    def ranks(world: int, epoch: int = 0, step_in_epoch: int = 0) -> list[StepBatches]:
+        return [StepBatches(Replanned(), cfg, DistInfo(world > 1, r, r, world, _torch.device("cpu")),
+                            acc=12 // (2 * world), epoch=epoch, step_in_epoch=step_in_epoch) for r in range(world)]
+
+    def ids(batches: list[StepBatches], steps: int) -> list[list[int]]:
+        out = []
+        for _ in range(steps):
+            out.append([i for b in batches for micro in b.next() for i in micro])  # rank order, then micro order
+        return out
+
+    steps = 4 + 3 + 5 + 3  # into the fourth epoch
+    reference = ids(ranks(1), steps)
+    assert all(len(s) == 12 and len(set(s)) == 12 for s in reference)
+    assert len({tuple(s) for s in reference}) == steps  # (not one batch repeated)
+    for world in (2, 3, 6):
+        assert ids(ranks(world), steps) == reference, f"{world} processes saw other samples"
+    for before, after, at in ((2, 1, 5), (1, 2, 9), (6, 3, 2), (3, 2, 12)):
+        first = ranks(before)
+        head = ids(first, at)
+        position = (first[0].epoch, first[0].step_in_epoch)  # what state.json records
+        assert all((b.epoch, b.step_in_epoch) == position for b in first)
+        assert head + ids(ranks(after, *position), steps - at) == reference, f"{before} -> {after} at step {at}"
+    other_seed = PretrainConfig(out="", data="d", global_batch_size=12, micro_batch_size=2, seed=8)
+    moved = StepBatches(Replanned(), other_seed, DistInfo(False, 0, 0, 1, _torch.device("cpu")), acc=6)
+    assert [i for m in moved.next() for i in m] != reference[0]  # the seed does choose the order
+
