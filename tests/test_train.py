@@ -347,3 +347,29 @@ def test_the_samples_of_a_step_depend_on_seed_and_step_only_not_on_the_topology(
     moved = StepBatches(Replanned(), other_seed, DistInfo(False, 0, 0, 1, _torch.device("cpu")), acc=6)
     assert [i for m in moved.next() for i in m] != reference[0]  # the seed does choose the order
 
+
+def test_sharded_checkpoints_resume_exactly_skip_a_partial_save_and_refuse_another_optimizer(shards, tmp_path):
+    """--fsdp writes torch.distributed.checkpoint shards (here one process's): the resume is bitwise the
+    uninterrupted run; a save whose shard is gone is never taken for complete (the one before is used); state
+    of another optimizer stops the run in one line before any step."""
+    from albertlm.training.pretrain import load_run_config
+
+    ref = pretrain(config(shards, tmp_path / "ref", fsdp=True, keep_last=0, valid_data=None))
+    expected = _weights(Path(ref["final"]))
+    run = tmp_path / "run"
+    pretrain(config(shards, run, fsdp=True, keep_last=0, max_steps=6, save_every=2, valid_data=None))
+    ckpts = run / "checkpoints"
+    assert {".metadata", "__0_0.distcp", "schedule.pt"} <= {p.name for p in (ckpts / "step_00000004").iterdir()}
+    assert json.loads((ckpts / "step_00000004" / "state.json").read_text())["format"] == "dcp"
+    (ckpts / "step_00000006" / "__0_0.distcp").unlink()  # a save that lost its shard
+    (run / "final" / "model.safetensors").unlink()
+    done = pretrain(load_run_config(run), resume=True)
+    resumed = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines() if "event" in json.loads(r)]
+    assert resumed[-1]["step"] == 4 and "step_00000004" in resumed[-1]["checkpoint"]
+    got = _weights(Path(done["final"]))
+    for k in expected:
+        assert torch.equal(got[k], expected[k]), k
+    other = load_run_config(run)
+    other.optimizer = "adamw"
+    with pytest.raises(TrainingError, match="holds lamb state.*--optimizer adamw.*resume with --optimizer lamb"):
+        pretrain(other, resume=True)

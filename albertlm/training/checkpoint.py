@@ -8,6 +8,13 @@ Layout of ``RUN/checkpoints/step_00001200/``:
     state.json                       step, data position, counters, numpy/python RNG, run settings
     checksums.json                   sha256 of every file above, written last
 
+Under ``--fsdp`` the model and optimizer go through ``torch.distributed.checkpoint`` instead: each rank
+writes its own shards (``__<rank>_0.distcp``; ``.metadata`` says which slice of which tensor each holds) and
+a run of any world size reads back the slices it needs, so a save by 2 processes resumes on 1 or 4:
+    config.json, .metadata, __<r>_0.distcp    the model config; the sharded model and optimizer state
+    schedule.pt                               scheduler (+ grad scaler) state
+    rng_rank{r}.pt, state.json, checksums.json    as above (state.json says ``"format": "dcp"``)
+
 A checkpoint is written into ``.step_00001200.tmp`` and renamed when complete, so a run killed while
 saving leaves only a temp folder, which the next save or resume removes. Resume takes the newest folder
 whose checksums verify (every file above present, ``checksums.json`` included) and that belongs to this
@@ -24,11 +31,13 @@ record existed own the folders named ``step_<digits>`` that hold a ``checksums.j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +53,7 @@ _log = logging.getLogger(__name__)
 CHECKSUMS = "checksums.json"
 # Files every checkpoint has (besides rng_rank{r}.pt per rank); a manifest that omits one is damaged.
 REQUIRED = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "rng_rank0.pt")
+DCP_REQUIRED = ("config.json", ".metadata", "__0_0.distcp", "schedule.pt", "state.json", "rng_rank0.pt")
 
 
 WRITTEN = "written.json"  # in RUN/checkpoints/: the checkpoint folders runs in RUN wrote
@@ -151,7 +161,7 @@ def verify(path: Path) -> None:
         ok = isinstance(sums, dict) and all(isinstance(v, str) and "/" not in k for k, v in sums.items())
     except (ValueError, UnicodeDecodeError):
         ok = False
-    if not ok or not set(REQUIRED) <= set(sums):
+    if not ok or not (set(REQUIRED) <= set(sums) or set(DCP_REQUIRED) <= set(sums)):
         raise CheckpointCorrupt(f"{sums_file} is damaged (not the manifest of a complete checkpoint)")
     for name, digest in sums.items():
         f = path / name
@@ -195,6 +205,15 @@ def _read_state(path: Path, run_id: str | None, log) -> dict | None:
     return state
 
 
+@contextlib.contextmanager
+def one_process_quiet():
+    """torch.distributed.checkpoint without a process group, minus its warning that it assumes one process
+    (that is what a single-process --fsdp run means)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
+        yield
+
+
 def load_tensors(path: Path) -> Any:
     """Tensor-only files of our own checkpoints (``weights_only``: nothing is unpickled unsafely)."""
     return torch.load(path, map_location="cpu", weights_only=True)
@@ -202,7 +221,7 @@ def load_tensors(path: Path) -> Any:
 
 # --------------------------------------------------------------------------- a training run's state
 # The parts of a run's state_dict() written as tensors (the rest is state.json); "rng" is each rank's own.
-TENSOR_STATE = ("model", "model_config", "architecture", "optimizer", "scheduler", "scaler", "rng")
+TENSOR_STATE = ("model", "model_config", "architecture", "optimizer", "scheduler", "scaler", "rng", "sharded")
 
 
 def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[str, Any] | None:
@@ -219,18 +238,23 @@ def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[
             break
     else:
         return None
+    rng_file = path / f"rng_rank{info.rank}.pt"
+    rng = load_tensors(rng_file) if rng_file.is_file() else None
+    if state.get("format") == "dcp":  # the run reads its own slices of the shards (Run.load_state_dict)
+        sched = load_tensors(path / "schedule.pt")
+        return {**state, "path": path, "sharded": path, "model": None, "optimizer": None,
+                "scheduler": sched["scheduler"], "scaler": sched.get("scaler"), "rng": rng}  # fmt: skip
     from albertlm.hf import read_state_dict
 
     opt = load_tensors(path / "optimizer.pt")
-    rng_file = path / f"rng_rank{info.rank}.pt"
     return {**state, "path": path, "model": read_state_dict(path), "optimizer": opt["optimizer"],
-            "scheduler": opt["scheduler"], "scaler": opt.get("scaler"),
-            "rng": load_tensors(rng_file) if rng_file.is_file() else None}  # fmt: skip
+            "scheduler": opt["scheduler"], "scaler": opt.get("scaler"), "rng": rng}  # fmt: skip
 
 
 def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_last: int) -> Path | None:
     """Write ``state`` (a run's ``state_dict()``) as the checkpoint of its step; every rank calls this (each
-    writes its own RNG state), rank 0 writes the rest."""
+    writes its own RNG state), rank 0 writes the rest. With ``state["sharded"]`` (model and optimizer state
+    dicts of ``torch.distributed.checkpoint.state_dict.get_state_dict``) every rank writes its own shards."""
     if info.enabled:
         torch.distributed.barrier()
     step = state["step"]
@@ -240,14 +264,26 @@ def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_
     if info.enabled:
         torch.distributed.barrier()
     torch.save(state["rng"], tmp / f"rng_rank{info.rank}.pt")
+    sharded = state.get("sharded") is not None
+    if sharded:  # a collective: rank 0 writes .metadata once every rank's shards are written
+        import torch.distributed.checkpoint as dcp
+
+        writer = dcp.FileSystemWriter(tmp, single_file_per_rank=True, sync_files=True)
+        with one_process_quiet():
+            dcp.save(state["sharded"], storage_writer=writer, no_dist=not info.enabled)
     path = None
     if info.is_main:
-        from albertlm.hf import save_state_dict
-
-        save_state_dict(state["model_config"], state["architecture"], state["model"], tmp)
         extra = {"scaler": state["scaler"]} if state["scaler"] is not None else {}
-        torch.save({"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra}, tmp / "optimizer.pt")
-        meta = {k: v for k, v in state.items() if k not in TENSOR_STATE}
+        if sharded:
+            state["model_config"].save(tmp, architectures=[state["architecture"]])
+            torch.save({"scheduler": state["scheduler"], **extra}, tmp / "schedule.pt")
+        else:
+            from albertlm.hf import save_state_dict
+
+            save_state_dict(state["model_config"], state["architecture"], state["model"], tmp)
+            torch.save({"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra},
+                       tmp / "optimizer.pt")
+        meta = {k: v for k, v in state.items() if k not in TENSOR_STATE} | ({"format": "dcp"} if sharded else {})
         path = finalize(root, tmp, step, meta, keep_last)
     if info.enabled:
         torch.distributed.barrier()

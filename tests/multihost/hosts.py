@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+TINY = ["--set=hidden_size=32", "--set=num_attention_heads=2", "--set=intermediate_size=64", "--set=embedding_size=16",
+        "--set=num_hidden_layers=2", "--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
+        "--set=classifier_dropout_prob=0"]  # no dropout: hosts draw other masks than one process would  # fmt: skip
 
 
 def _ip(*args: str) -> None:

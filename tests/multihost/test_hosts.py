@@ -13,28 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hosts import REPO, torchrun
+from hosts import REPO, TINY, torchrun
 from safetensors.torch import load_file
-from shared_data import docstring_corpus
 
 pytestmark = pytest.mark.multihost
-
-TINY = ["--set=hidden_size=32", "--set=num_attention_heads=2", "--set=intermediate_size=64", "--set=embedding_size=16",
-        "--set=num_hidden_layers=2", "--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
-        "--set=classifier_dropout_prob=0"]  # no dropout: hosts draw other masks than one process would  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    from albertlm.data import InstanceConfig, build_dataset
-    from albertlm.data.tokenizer_training import train_sentencepiece
-
-    root = tmp_path_factory.mktemp("multihost")
-    text = docstring_corpus(root / "corpus.txt", 250)
-    tok = train_sentencepiece([text], root / "tok", vocab_size=600)
-    build_dataset([text], tok, root / "shards", cfg=InstanceConfig(max_seq_length=64), seed=1)
-    return root / "shards"
-
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "final" / "model.safetensors"))
