@@ -295,3 +295,32 @@ def test_mlm_accuracy_at_mask_excludes_copyable_positions():
     _, s = micro_step(copier, {"input_ids": ids, "labels": labels}, contextlib.nullcontext, mask_id)
     assert (s["mlm_correct"], s["mlm_total"]) == (2, 5)
     assert (s["mlm_mask_correct"], s["mlm_mask_total"]) == (0, 3)
+
+
+def test_the_samples_of_a_step_depend_on_seed_and_step_only():
+    """With a fixed global batch, step s sees the same instances whatever the processes (1, 2, 4) and their
+    accumulation, and a run resumed at another world size from its saved position (epoch, step in epoch)
+    sees exactly what an uninterrupted run sees next."""
+    from albertlm.training.distributed import DistInfo
+    from albertlm.training.pretrain import StepBatches
+
+    class Instances:
+        def __len__(self) -> int:
+            return 100
+
+    cfg = PretrainConfig(out="o", data="d", global_batch_size=8, micro_batch_size=2, seed=3)
+
+    def ids(world: int, steps: int, start: tuple[int, int] = (0, 0)) -> tuple[list[list[int]], tuple[int, int]]:
+        ranks = [StepBatches(Instances(), cfg, DistInfo(world > 1, r, r, world, torch.device("cpu")), 8 // (2 * world),
+                             *start) for r in range(world)]  # fmt: skip
+        out = [[i for b in ranks for micro in b.next() for i in micro] for _ in range(steps)]
+        return out, (ranks[0].epoch, ranks[0].step_in_epoch)
+
+    uninterrupted, _ = ids(1, 30)  # 30 steps of 8 cross the epoch boundary (12 steps an epoch)
+    for world in (2, 4):
+        assert ids(world, 30)[0] == uninterrupted
+    first, position = ids(2, 17)  # stop after 17 steps on 2 processes, resume on 1, then on 4
+    middle, position = ids(1, 6, position)
+    last, _ = ids(4, 7, position)
+    assert first + middle + last == uninterrupted
+    assert all(len(set(step)) == 8 for step in uninterrupted)
