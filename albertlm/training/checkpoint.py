@@ -4,8 +4,6 @@ training run hands its ``state_dict()`` to ``save_training_state`` and takes ``l
 Layout of ``RUN/checkpoints/step_00001200/``:
     config.json, model.safetensors   the model in the HF layout (``transformers`` loads it as is)
     optimizer.pt                     optimizer + scheduler (+ grad scaler) state, tensors only
-    .metadata, __<rank>_0.distcp     under --fsdp instead of the full model and optimizer: each rank's shards,
-                                     written by that rank (torch.distributed.checkpoint), resharded on load
     rng_rank{r}.pt                   each rank's torch (and CUDA) generator state
     state.json                       step, data position, counters, numpy/python RNG, run settings
     checksums.json                   sha256 of every file above, written last
@@ -44,10 +42,8 @@ from albertlm.training.distributed import DistInfo
 _log = logging.getLogger(__name__)
 
 CHECKSUMS = "checksums.json"
-# Files every checkpoint has (besides rng_rank{r}.pt per rank); a manifest that omits one is damaged. A
-# sharded one (--fsdp) has torch.distributed.checkpoint's files instead of the full model and optimizer.
+# Files every checkpoint has (besides rng_rank{r}.pt per rank); a manifest that omits one is damaged.
 REQUIRED = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "rng_rank0.pt")
-SHARDED_REQUIRED = ("config.json", ".metadata", "optimizer.pt", "state.json", "rng_rank0.pt")
 
 
 WRITTEN = "written.json"  # in RUN/checkpoints/: the checkpoint folders runs in RUN wrote
@@ -155,7 +151,7 @@ def verify(path: Path) -> None:
         ok = isinstance(sums, dict) and all(isinstance(v, str) and "/" not in k for k, v in sums.items())
     except (ValueError, UnicodeDecodeError):
         ok = False
-    if not ok or not (set(REQUIRED) <= set(sums) or set(SHARDED_REQUIRED) <= set(sums)):
+    if not ok or not set(REQUIRED) <= set(sums):
         raise CheckpointCorrupt(f"{sums_file} is damaged (not the manifest of a complete checkpoint)")
     for name, digest in sums.items():
         f = path / name
@@ -206,7 +202,7 @@ def load_tensors(path: Path) -> Any:
 
 # --------------------------------------------------------------------------- a training run's state
 # The parts of a run's state_dict() written as tensors (the rest is state.json); "rng" is each rank's own.
-TENSOR_STATE = ("model", "model_config", "architecture", "optimizer", "scheduler", "scaler", "rng", "sharded")
+TENSOR_STATE = ("model", "model_config", "architecture", "optimizer", "scheduler", "scaler", "rng")
 
 
 def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[str, Any] | None:
@@ -227,9 +223,8 @@ def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[
 
     opt = load_tensors(path / "optimizer.pt")
     rng_file = path / f"rng_rank{info.rank}.pt"
-    sharded = (path / ".metadata").is_file()  # torch.distributed.checkpoint's: the run loads it (it reshards)
-    return {**state, "path": path, "model": None if sharded else read_state_dict(path), "sharded": sharded,
-            "optimizer": opt.get("optimizer"), "scheduler": opt["scheduler"], "scaler": opt.get("scaler"),
+    return {**state, "path": path, "model": read_state_dict(path), "optimizer": opt["optimizer"],
+            "scheduler": opt["scheduler"], "scaler": opt.get("scaler"),
             "rng": load_tensors(rng_file) if rng_file.is_file() else None}  # fmt: skip
 
 
@@ -245,22 +240,13 @@ def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_
     if info.enabled:
         torch.distributed.barrier()
     torch.save(state["rng"], tmp / f"rng_rank{info.rank}.pt")
-    sharded = state.get("sharded")
-    if sharded is not None:  # every rank writes its own part (torch.distributed.checkpoint), no gathering
-        import torch.distributed.checkpoint as dcp
-
-        dcp.save(sharded, storage_writer=dcp.FileSystemWriter(tmp, single_file_per_rank=True))
     path = None
     if info.is_main:
         from albertlm.hf import save_state_dict
 
-        if sharded is None:
-            save_state_dict(state["model_config"], state["architecture"], state["model"], tmp)
-        else:
-            state["model_config"].save(tmp, architectures=[state["architecture"]])
+        save_state_dict(state["model_config"], state["architecture"], state["model"], tmp)
         extra = {"scaler": state["scaler"]} if state["scaler"] is not None else {}
-        full = {"optimizer": state["optimizer"]} if sharded is None else {}
-        torch.save({**full, "scheduler": state["scheduler"], **extra}, tmp / "optimizer.pt")
+        torch.save({"optimizer": state["optimizer"], "scheduler": state["scheduler"], **extra}, tmp / "optimizer.pt")
         meta = {k: v for k, v in state.items() if k not in TENSOR_STATE}
         path = finalize(root, tmp, step, meta, keep_last)
     if info.enabled:

@@ -396,7 +396,7 @@ class Run:
         if state is None:
             return False
         self.load_state_dict(state)
-        self.resumed_from = (Path(state["path"]).name, int(state["world_size"]))  # (records never name the run's place)
+        self.resumed_from = (str(state["path"]), int(state["world_size"]))
         print0(self.info, f"resumed from {state['path']} at step {self.step}")
         return True
 
@@ -404,22 +404,15 @@ class Run:
         return ckpt.save_training_state(self.ckpt_root, self.state_dict(), self.info, self.cfg.keep_last)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a bitwise-exact resume needs: the full model and optimizer state (under FSDP this
-        rank's shards, ``sharded``, which each rank writes itself), scheduler, grad scaler, counters, data
-        position, this rank's and the host's RNG state, and the settings it ran with."""
+        """Everything a bitwise-exact resume needs: the full model and optimizer state (under FSDP a
+        collective, complete on rank 0), scheduler, grad scaler, counters, data position, this rank's and the
+        host's RNG state, and the settings it ran with."""
         from albertlm.training.rundir import settings_json
 
         cfg, info = self.cfg, self.info
-        sharded = None
-        if cfg.fsdp:  # each rank's own shards, written by each rank (torch.distributed.checkpoint)
-            from torch.distributed.checkpoint.state_dict import get_state_dict
-
-            model_sd, opt_sd = None, None
-            sharded = dict(zip(("model", "optimizer"), get_state_dict(self.wrapped, self.optimizer), strict=True))
-        else:
-            model_sd, opt_sd = self.full_state()
+        model_sd, opt_sd = self.full_state()
         return {"model": model_sd, "model_config": self.config, "architecture": type(self.model).__name__,
-                "optimizer": opt_sd, "sharded": sharded, "scheduler": self.scheduler.state_dict(),
+                "optimizer": opt_sd, "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
                 "step": self.step, "epoch": self.batches.epoch, "step_in_epoch": self.batches.step_in_epoch,
                 "nonfinite": self.nonfinite, "tokens_seen": self.tokens_seen,
@@ -442,15 +435,7 @@ class Run:
         if state["world_size"] != info.world_size:
             print0(info, f"{where}: written by {state['world_size']} process(es), resumed by {info.world_size}: "
                          "the full model and optimizer state reshard, the data position is the global step's")
-        if state.get("sharded"):  # this run's sharding as the template; DCP reads (and reshards) into it
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-            into = dict(zip(("model", "optimizer"), get_state_dict(self.wrapped, self.optimizer), strict=True))
-            dcp.load(into, storage_reader=dcp.FileSystemReader(state["path"]))
-            set_state_dict(self.wrapped, self.optimizer, model_state_dict=into["model"],
-                           optim_state_dict=into["optimizer"])
-        elif cfg.fsdp:  # a full-state checkpoint written under --fsdp before checkpoints were sharded
+        if cfg.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
             set_state_dict(self.wrapped, self.optimizer, model_state_dict=hf_to_ours(state["model"], self.model),
