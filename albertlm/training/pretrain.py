@@ -396,7 +396,7 @@ class Run:
         if state is None:
             return False
         self.load_state_dict(state)
-        self.resumed_from = (str(state["path"]), int(state["world_size"]))
+        self.resumed_from = (Path(state["path"]).name, int(state["world_size"]))  # (records never name the run's place)
         print0(self.info, f"resumed from {state['path']} at step {self.step}")
         return True
 

@@ -61,8 +61,9 @@ def test_resume_of_a_copy_writes_only_into_the_copy(run2, tmp_path, capsys):
     assert code == 0, err
     assert "resumed from" in out and str(copy) in out
     assert snapshot(run2) == before, "the original run changed"
-    steps = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3]
+    rows = [json.loads(x) for x in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "event" not in r] == [1, 2, 3]
+    assert [(r["step"], r["checkpoint"]) for r in rows if r.get("event") == "resumed"] == [(2, "step_00000002")]
     assert (copy / "checkpoints" / "step_00000003").is_dir()
     # nothing in the run's records names where it lives
     for f in [copy / "run_config.json", *(copy / "checkpoints").glob("*/state.json")]:
