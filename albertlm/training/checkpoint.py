@@ -199,6 +199,12 @@ def _read_state(path: Path, run_id: str | None, log) -> dict | None:
     except (ValueError, UnicodeDecodeError) as e:
         log(f"skipping checkpoint {path.name}: {path / 'state.json'} is unreadable ({e})")
         return None
+    per_rank = ["rng_rank{}.pt"] + (["__{}_0.distcp"] if state.get("format") == "dcp" else [])
+    missing = [f.format(r) for r in range(int(state["world_size"])) for f in per_rank
+               if not (path / f.format(r)).is_file()]  # fmt: skip
+    if missing:  # a save some rank never finished (the checksums only cover what rank 0 found)
+        log(f"skipping checkpoint {path.name}: written by {state['world_size']} processes but {missing[0]} is missing")
+        return None
     if run_id is not None and state.get("run_id") not in (None, run_id):
         log(f"skipping checkpoint {path.name}: it belongs to another run (run id {state.get('run_id')})")
         return None
@@ -271,6 +277,8 @@ def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_
         writer = dcp.FileSystemWriter(tmp, single_file_per_rank=True, sync_files=True)
         with one_process_quiet():
             dcp.save(state["sharded"], storage_writer=writer, no_dist=not info.enabled)
+    if info.enabled:  # every rank's files are in before rank 0 checksums and renames the folder
+        torch.distributed.barrier()
     path = None
     if info.is_main:
         extra = {"scaler": state["scaler"]} if state["scaler"] is not None else {}
