@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,12 +49,13 @@ def main() -> int:
     args = ap.parse_args()
     checkouts = [Path(c) for c in args.checkout]
     rates: dict[str, list[float]] = {str(c): [] for c in checkouts}
-    work = Path(tempfile.mkdtemp(prefix="loop-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="loop-bench-"))  # this script's own scratch runs, removed at the end
     for r in range(args.rounds):
         for i, c in enumerate(checkouts):
             data = str(Path(args.data).resolve())
             rates[str(c)].append(run_once(c, data, work / f"run{i}", args.steps, args.threads))
         print(f"  round {r + 1}: " + ", ".join(f"{c} {v[-1]:,.0f} tokens/s" for c, v in rates.items()), file=sys.stderr)
+    shutil.rmtree(work)
     med = {c: statistics.median(v) for c, v in rates.items()}
     base = med[str(checkouts[0])]
     result = {"machine": machine(), "command": " ".join(sys.argv), "threads": args.threads, "steps": args.steps,
@@ -63,7 +65,8 @@ def main() -> int:
     print(json.dumps(result, indent=1))
     if args.json:
         write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json or 'nothing (no --json)'}", file=sys.stderr)
+    print(f"wrote {args.json or 'nothing (no --json)'}; next: compare `ratio_over_first` (1.0 = as fast)",
+          file=sys.stderr)
     return 0
 
 
