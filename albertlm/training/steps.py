@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -85,7 +86,8 @@ class Stepper:
             self.skipped_in_a_row += 1
             self.optimizer.zero_grad(set_to_none=True)
             if self.info.is_main:
-                _log.info(f"non-finite loss or gradient (loss {loss}), update skipped "
+                step = self.scheduler.last_epoch + 1  # (the schedule counts every step, skipped ones too)
+                _log.info(f"step {step}: non-finite loss or gradient (loss {loss}), update skipped "
                           f"({self.nonfinite}/{self.max_nonfinite})")
             if self.nonfinite >= self.max_nonfinite:
                 raise TrainingError(f"{self.nonfinite} steps with a non-finite loss or gradient (the last loss: "
@@ -95,7 +97,9 @@ class Stepper:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        with warnings.catch_warnings():  # a skipped first update is meant: the schedule still counts the step
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+            self.scheduler.step()
         return not bad, float(grad_norm)
 
     def check_trained(self, steps: int, what: str = "final/ was not written") -> None:
