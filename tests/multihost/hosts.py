@@ -94,3 +94,15 @@ def torchrun(host: Host, endpoint: str, nnodes: str, *args: str, max_restarts: i
             "--local-addr", host.addr, "--max-restarts", str(max_restarts), "--monitor-interval", "0.5",
             "-m", "albertlm", *args]  # fmt: skip
 
+
+
+def elastic_job(hosts: list[Host], port: int, args: list[str], logs: list[Path], max_restarts: int
+                ) -> tuple[subprocess.Popen, list[str]]:  # fmt: skip
+    """The same elastic command (``--nnodes 1:2``) on both hosts, host 0's agent first (it serves the
+    rendezvous store); returns host 0's agent and host 1's command (to start it again after a kill)."""
+    endpoint = f"{hosts[0].addr}:{port}"
+    agent0 = hosts[0].run(torchrun(hosts[0], endpoint, "1:2", *args, max_restarts=max_restarts), logs[0])
+    time.sleep(1.0)
+    again = torchrun(hosts[1], endpoint, "1:2", *args, max_restarts=max_restarts)
+    hosts[1].run(again, logs[1])
+    return agent0, again

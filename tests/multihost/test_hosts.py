@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hosts import REPO, TINY, torchrun
+from hosts import REPO, TINY, elastic_job, torchrun
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.multihost
@@ -60,12 +60,9 @@ def test_a_killed_host_leaves_the_job_going_and_rejoins(two_hosts, shards, tmp_p
     common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", "400", "--warmup-steps", "2",
               "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "5", "--keep-last", "0",
               "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
-    endpoint = f"{two_hosts[0].addr}:29512"
     logs = [tmp_path / f"host{i}.log" for i in range(2)]
-    h0, h1 = two_hosts
-    agent0 = h0.run(torchrun(h0, endpoint, "1:2", *common, max_restarts=5), logs[0])
-    time.sleep(1.0)  # host 0's agent serves the rendezvous store
-    h1.run(torchrun(h1, endpoint, "1:2", *common, max_restarts=5), logs[1])
+    h1 = two_hosts[1]
+    agent0, host1_command = elastic_job(two_hosts, 29512, common, logs, max_restarts=5)
 
     def saved(step: int) -> bool:
         return (out / "checkpoints" / f"step_{step:08d}" / "checksums.json").is_file()
@@ -84,7 +81,7 @@ def test_a_killed_host_leaves_the_job_going_and_rejoins(two_hosts, shards, tmp_p
         time.sleep(0.1)
     assert saved(25), logs[0].read_text()[-3000:]  # host 0 alone went on
     back = time.time()
-    h1.run(torchrun(h1, endpoint, "1:2", *common, max_restarts=5), logs[1])  # the host comes back
+    h1.run(host1_command, logs[1])  # the host comes back
     while not any(json.loads(r).get("event") == "resumed" and json.loads(r)["world_size"] == 2
                   for r in (out / "metrics.jsonl").read_text().splitlines()) and agent0.poll() is None:  # fmt: skip
         time.sleep(0.2)

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from hosts import TINY, torchrun
+from hosts import TINY, elastic_job
 
 from albertlm.training import checkpoint
 
@@ -22,12 +22,9 @@ def test_a_host_killed_during_a_checkpoint_save(two_hosts, shards, tmp_path):
     common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "2",
               "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "3",
               "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
-    endpoint = f"{two_hosts[0].addr}:29513"
     logs = [tmp_path / f"host{i}.log" for i in range(2)]
-    h0, h1 = two_hosts
-    agent0 = h0.run(torchrun(h0, endpoint, "1:2", *common, max_restarts=3), logs[0])
-    time.sleep(1.0)  # host 0's agent serves the rendezvous store
-    h1.run(torchrun(h1, endpoint, "1:2", *common, max_restarts=3), logs[1])
+    h1 = two_hosts[1]
+    agent0, _ = elastic_job(two_hosts, 29513, common, logs, max_restarts=3)
     root = out / "checkpoints"
     caught, deadline = None, time.time() + 150
     while caught is None and time.time() < deadline and agent0.poll() is None:
