@@ -24,7 +24,6 @@ pass of each per round; medians over rounds; ratios of medians.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from inference import build_peer, machine, openvino_precisions
+from timing import write_result
 
 import albertlm
 from albertlm.deploy.early_exit import ExitRule
@@ -177,10 +177,7 @@ def main() -> None:
         "engines": results, "summary": summary,
     }  # fmt: skip
     print_table(out)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_result(out, args.json, "docs/results/early_exit/README.md says how to read it")
 
 
 def summarize(results: dict[str, dict]) -> dict:

@@ -15,13 +15,12 @@ Forward FLOPs per token (matmuls only): L*K*(8H^2 + 4HI + 4SH) + 2EH.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import tempfile
 
 import torch
-from timing import measure, time_once  # benchmarks/timing.py (the script's own folder is on sys.path)
+from timing import measure, time_once, write_result  # benchmarks/timing.py (the script's own folder is on sys.path)
 
 import albertlm
 from albertlm import AlbertConfig
@@ -89,10 +88,7 @@ def main() -> None:
     result["ratio_ours_over_hf_sdpa"] = statistics.median(times["hf_sdpa"]) / statistics.median(times["ours"])
     print(f"  plain matmul ({B * S}x{H} @ {H}x{I}): {matmul_gflops:.1f} GFLOP/s")
     print(f"ratio ours / HF SDPA (tokens/s): {result['ratio_ours_over_hf_sdpa']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {args.json}")
+    write_result(result, args.json, "docs/results/README.md lists the committed measurements")
 
 
 if __name__ == "__main__":

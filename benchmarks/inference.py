@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from timing import machine, torch_gemm_tflops
+from timing import machine, torch_gemm_tflops, write_result
 
 import albertlm
 from albertlm import AlbertConfig
@@ -477,10 +477,7 @@ def main() -> None:
         out["traffic"] = traffic(args)
     if args.part in ("speed", "all"):
         out["speed"] = speed(args)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_result(out, args.json, "docs/results/deploy/README.md says how to read it")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from timing import machine  # benchmarks/timing.py, beside this script
+from timing import machine, write_result  # benchmarks/timing.py, beside this script
 
 from albertlm.cli import main as cli
-from albertlm.files import write_text_atomic
 
 
 def start_server() -> tuple[object, str]:
@@ -120,9 +119,7 @@ def main() -> int:
         "pretrain_ratio_s3_over_local": med(steps["s3"]) / med(steps["local"]), "rounds": args.rounds,
     }  # fmt: skip
     print(json.dumps(result, indent=1))
-    if args.json:
-        write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json or 'nothing (no --json)'}; next: read docs/results/distributed/README.md", file=sys.stderr)
+    write_result(result, args.json, "read docs/results/distributed/README.md")
     return 0
 
 

@@ -20,9 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timing import machine  # benchmarks/timing.py, beside this script
-
-from albertlm.files import write_text_atomic
+from timing import machine, write_result  # benchmarks/timing.py, beside this script
 
 MODEL = ["--set=hidden_size=256", "--set=num_attention_heads=4", "--set=intermediate_size=1024",
          "--set=num_hidden_layers=6", "--set=embedding_size=128"]  # fmt: skip
@@ -63,10 +61,7 @@ def main() -> int:
               "commits": {c: subprocess.run(["git", "-C", c, "rev-parse", "--short", "HEAD"], capture_output=True,
                                             text=True).stdout.strip() for c in rates}}  # fmt: skip
     print(json.dumps(result, indent=1))
-    if args.json:
-        write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json or 'nothing (no --json)'}; next: compare `ratio_over_first` (1.0 = as fast)",
-          file=sys.stderr)
+    write_result(result, args.json, "compare `ratio_over_first` (1.0 = as fast)")
     return 0
 
 

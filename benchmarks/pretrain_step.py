@@ -19,12 +19,11 @@ rate of one large matmul in the precision in use, so bf16 is held to bf16's rate
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 
 import torch
-from timing import measure, peak_memory, time_once, torch_gemm_tflops  # benchmarks/timing.py, beside this script
+from timing import measure, peak_memory, time_once, torch_gemm_tflops, write_result  # benchmarks/timing.py
 
 import albertlm
 from albertlm import AlbertConfig
@@ -209,10 +208,7 @@ def main() -> None:
               f"{p['packed_fill']:.1%} full (best possible {p['best_possible_ratio']:.2f}x); real tokens/s "
               f"padded {p['padded']['real_tokens_per_s']:,.0f} vs packed {p['packed']['real_tokens_per_s']:,.0f} "
               f"-> {p['ratio_packed_over_padded']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {args.json}")
+    write_result(result, args.json, "docs/results/README.md lists the committed measurements")
 
 
 if __name__ == "__main__":

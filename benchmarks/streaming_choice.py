@@ -35,9 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from object_store import start_server  # benchmarks/object_store.py, beside this script
-from timing import machine
-
-from albertlm.files import write_text_atomic
+from timing import machine, write_result
 
 _SOURCE: dict = {}
 
@@ -212,9 +210,7 @@ def main() -> int:
               "global_batch": args.batch, "steps": args.steps, "litdata_convert_s": convert_s, "order": order,
               "read_instances_per_s": {k: med(v) for k, v in reads.items()}, "rounds": args.rounds}  # fmt: skip
     print(json.dumps(result, indent=1))
-    if args.json:
-        write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json or 'nothing (no --json)'}; next: read docs/results/distributed/README.md", file=sys.stderr)
+    write_result(result, args.json, "read docs/results/distributed/README.md")
     return 0
 
 

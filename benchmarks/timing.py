@@ -71,3 +71,16 @@ def torch_gemm_tflops(dtype: torch.dtype, m: int = 4096, k: int = 768, n: int = 
         ts.append(time.perf_counter() - start)
     ts.sort()
     return 2 * m * k * n / ts[len(ts) // 2] / 1e12
+
+
+def write_result(result: dict, path: str | Path | None, next_step: str) -> None:
+    """The end of every benchmark: ``result`` as JSON, atomically, at ``path`` (when one is given; its folder
+    made), then the one line that says what was written where and what to read or run next."""
+    import json
+
+    from albertlm.files import write_text_atomic
+
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path or 'nothing (no --json)'}; next: {next_step}")
