@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -29,9 +30,12 @@ from timing import machine, write_result  # benchmarks/timing.py, beside this sc
 from albertlm.cli import main as cli
 
 
-def start_server() -> tuple[object, str]:
+def start_server(bucket: str = "bench") -> tuple[object, str]:
+    """moto's S3 server on a free loopback port, with ``bucket`` made and the AWS_* variables every S3 client
+    reads set for it (test credentials); returns the server (``.stop()`` it) and its endpoint."""
     import logging
 
+    import boto3
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
@@ -41,7 +45,11 @@ def start_server() -> tuple[object, str]:
         port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    return server, f"http://127.0.0.1:{port}"
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=endpoint)  # fmt: skip
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    return server, endpoint
 
 
 def read_rate(path: str, n: int, seed: int = 0) -> float:
@@ -73,15 +81,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of each measurement")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    import boto3
-
     from albertlm.data.remote import fetch, upload
 
-    server, endpoint = start_server()
-    work = Path(tempfile.mkdtemp(prefix="objstore-bench-"))
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=endpoint, ALBERTLM_CACHE=str(work / "cache"))  # fmt: skip
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+    server, _ = start_server()
+    work = Path(tempfile.mkdtemp(prefix="objstore-bench-"))  # this script's scratch: caches and runs
+    os.environ["ALBERTLM_CACHE"] = str(work / "cache")
     url = "s3://bench/shards"
     try:
         t0 = time.perf_counter()
@@ -108,6 +112,7 @@ def main() -> int:
                   file=sys.stderr)  # fmt: skip
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
     result = {
         "machine": machine(), "command": " ".join(sys.argv), "build": args.data, "build_mb": size / 1e6,

@@ -159,13 +159,11 @@ def main() -> int:
     n = len(PretrainingDataset(args.data))
     work = Path(tempfile.mkdtemp(prefix="streaming-choice-"))
     server, endpoint = start_server()
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=endpoint, STREAMING_CHOICE_DATA=str(Path(args.data).resolve()))  # fmt: skip
+    os.environ["STREAMING_CHOICE_DATA"] = str(Path(args.data).resolve())  # (for litdata.optimize's workers)
     import litdata.streaming.downloader as lit_downloader  # its obstore client refuses plain http (loopback here)
 
     lit_downloader._OBSTORE_CLIENT_OPTIONS = {**lit_downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": True}
     s3 = boto3.client("s3", endpoint_url=endpoint)
-    s3.create_bucket(Bucket="bench")
     try:
         lit_local = work / "litdata"
         t0 = time.perf_counter()
