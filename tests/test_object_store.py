@@ -114,6 +114,11 @@ def test_failures_are_one_line(s3, corpus_and_tok, tmp_path, capsys):
     assert main(["pretrain", "--data", "s3://no-such-bucket/en", "--out", str(tmp_path / "r2"), *STEPS]) == 2
     err = capsys.readouterr().err
     assert "no-such-bucket" in err and "Traceback" not in err
+    rc = main(["data", "build", "--input", str(corpus), "--tokenizer", str(tok), "--out", "s3://no-such-bucket/en",
+               "--max-seq-length", "64"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "bucket 'no-such-bucket' does not exist" in err and "Traceback" not in err
+    assert "data build (" not in err  # refused before building, not after
     with pytest.raises(UserError, match="writes a local folder"):
         from albertlm.data import build_dataset
         from albertlm.tokenizer import load_tokenizer

@@ -74,8 +74,8 @@ def _remote_manifest(fs: Any, root: str, url: str) -> dict:
         raise DataError(f"{url} holds no {MANIFEST}: not a finished albertlm data build (build one with "
                         f"`albertlm data build --out {url}`)") from None
     except Exception as e:  # the client's own errors: credentials, endpoint, permissions
-        raise DataError(f"{url}: cannot read {MANIFEST} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                        "check the credentials and AWS_ENDPOINT_URL in the environment") from None
+        raise DataError(f"{url}: cannot read {MANIFEST} ({_reason(e)}); check the credentials and AWS_ENDPOINT_URL "
+                        "in the environment") from None
     try:
         manifest = json.loads(text)
         _files(manifest)
@@ -168,19 +168,43 @@ def upload(local: Path, url: str, workers: int = 8) -> None:
     the shard folder the previous manifest there named, if any (an earlier build's, so ours to remove)."""
     fs, root = filesystem(url)
     manifest = json.loads((local / MANIFEST).read_text(encoding="utf-8"))
+    previous = check_writable(url)
     try:
-        previous = json.loads(fs.cat_file(f"{root}/{MANIFEST}")).get("shard_dir")
-    except FileNotFoundError:
-        previous = None
-    except Exception as e:
-        raise DataError(f"{url}: cannot reach the object store ({type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                        "); check the credentials and AWS_ENDPOINT_URL in the environment") from None
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        list(pool.map(lambda item: fs.put_file(str(local / item[0]), f"{root}/{item[0]}"), _files(manifest)))
-    fs.pipe_file(f"{root}/{MANIFEST}", (local / MANIFEST).read_bytes())
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            list(pool.map(lambda item: fs.put_file(str(local / item[0]), f"{root}/{item[0]}"), _files(manifest)))
+        fs.pipe_file(f"{root}/{MANIFEST}", (local / MANIFEST).read_bytes())
+    except Exception as e:  # the client's own errors: permissions, quota, a store gone mid-upload
+        raise DataError(f"{url}: the upload failed ({_reason(e)}); the build there is unchanged (its manifest.json "
+                        "is written last), so run the build again") from None
     if previous and previous != manifest["shard_dir"] and re.fullmatch(r"shards-[\w-]+", previous):
         with contextlib.suppress(FileNotFoundError):
             fs.rm(f"{root}/{previous}", recursive=True)
+
+
+def check_writable(url: str) -> str | None:
+    """One line unless ``url``'s bucket exists and can be read with these credentials (before a build, not after
+    it); returns the shard folder of the build already there, if any (``upload`` replaces it)."""
+    fs, root = filesystem(url)
+    bucket = root.split("/")[0]
+    try:
+        found = fs.exists(bucket)
+        text = fs.cat_file(f"{root}/{MANIFEST}") if found else None
+    except FileNotFoundError:
+        text = None
+    except Exception as e:  # the client's own errors: credentials, endpoint, permissions
+        raise DataError(f"{url}: cannot reach the object store ({_reason(e)}); check the credentials and "
+                        "AWS_ENDPOINT_URL in the environment") from None
+    if not found:
+        raise DataError(f"{url}: the bucket {bucket!r} does not exist (or these credentials cannot see it); create "
+                        "it first, or check the URL and AWS_ENDPOINT_URL")  # fmt: skip
+    try:
+        return json.loads(text).get("shard_dir") if text is not None else None
+    except (ValueError, AttributeError):
+        return None  # a damaged manifest there: the new build replaces it (its old shard folder stays)
+
+
+def _reason(e: Exception) -> str:
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
 @contextlib.contextmanager
@@ -189,7 +213,7 @@ def staged_upload(url: str, cache_dir: str | Path | None = None):
     (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build."""
     import tempfile
 
-    filesystem(url)
+    check_writable(url)
     base = cache_root(cache_dir).parent
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix="upload-") as tmp:
