@@ -106,3 +106,24 @@ def elastic_job(hosts: list[Host], port: int, args: list[str], logs: list[Path],
     again = torchrun(hosts[1], endpoint, "1:2", *args, max_restarts=max_restarts)
     hosts[1].run(again, logs[1])
     return agent0, again
+
+
+def pretrain_args(shards: Path, out: Path, steps: int, save_every: int, keep_last: int) -> list[str]:
+    """The fault tests' run: the tiny model at global batch 8 (2 micro-batches), a step logged each."""
+    return ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "2",
+            "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", str(save_every),
+            "--keep-last", str(keep_last), "--eval-every", "1000", "--log-every", "1", "--no-progress",
+            "--lr", "5e-3", *TINY]  # fmt: skip
+
+
+def saved(out: Path, step: int) -> bool:
+    """Step ``step``'s checkpoint in ``out`` is complete (its checksums, written last, are there)."""
+    return (out / "checkpoints" / f"step_{step:08d}" / "checksums.json").is_file()
+
+
+def wait_saved(out: Path, step: int, agent: subprocess.Popen, deadline: float) -> bool:
+    """Wait for step ``step``'s checkpoint while ``agent`` runs, until ``deadline`` (time.time())."""
+    while not saved(out, step) and time.time() < deadline and agent.poll() is None:
+        time.sleep(0.1)
+    return saved(out, step)
+

@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from hosts import TINY, elastic_job
+from hosts import elastic_job, pretrain_args, saved, wait_saved
 
 pytestmark = pytest.mark.multihost
 
@@ -17,20 +17,12 @@ pytestmark = pytest.mark.multihost
 def test_the_rendezvous_host_dies_and_the_job_is_started_again(two_hosts, shards, tmp_path):
     out = tmp_path / "run"
     steps = 60
-    common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "2",
-              "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "5", "--keep-last", "0",
-              "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
+    common = pretrain_args(shards, out, steps, save_every=5, keep_last=0)
     logs = [tmp_path / f"host{i}.log" for i in range(2)]
     h0, h1 = two_hosts
     agent0, _ = elastic_job(two_hosts, 29514, common, logs, max_restarts=3)
 
-    def saved(step: int) -> bool:
-        return (out / "checkpoints" / f"step_{step:08d}" / "checksums.json").is_file()
-
-    deadline = time.time() + 150
-    while not saved(10) and time.time() < deadline and agent0.poll() is None:
-        time.sleep(0.1)
-    assert saved(10), logs[0].read_text()[-3000:]
+    assert wait_saved(out, 10, agent0, time.time() + 150), logs[0].read_text()[-3000:]
     killed_at = time.time()
     assert h0.kill_all() >= 2  # its agent (the rendezvous store) and its worker
     while h1.pids() and time.time() < killed_at + 120:  # host 1's agent must give up, not wait forever
@@ -40,7 +32,7 @@ def test_the_rendezvous_host_dies_and_the_job_is_started_again(two_hosts, shards
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     done_before = max(r["step"] for r in rows if "loss" in r)
     assert done_before < steps  # the kill did stop the job
-    newest = max(s for s in range(5, steps, 5) if saved(s))
+    newest = max(s for s in range(5, steps, 5) if saved(out, s))
 
     again = [*common, "--resume"]  # the README's advice: the same command on every host, with --resume
     agent0, _ = elastic_job(two_hosts, 29515, again, logs, max_restarts=3)

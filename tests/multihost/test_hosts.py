@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hosts import REPO, TINY, elastic_job, torchrun
+from hosts import REPO, TINY, elastic_job, pretrain_args, torchrun, wait_saved
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.multihost
@@ -57,29 +57,20 @@ def test_a_killed_host_leaves_the_job_going_and_rejoins(two_hosts, shards, tmp_p
     goes on from the last checkpoint; host 1 started again rejoins and the run ends on both, its metrics
     showing both restarts, nothing saved lost, the final model loadable."""
     out = tmp_path / "run"
-    common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", "400", "--warmup-steps", "2",
-              "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "5", "--keep-last", "0",
-              "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
+    common = pretrain_args(shards, out, steps=400, save_every=5, keep_last=0)
     logs = [tmp_path / f"host{i}.log" for i in range(2)]
     h1 = two_hosts[1]
     agent0, host1_command = elastic_job(two_hosts, 29512, common, logs, max_restarts=5)
 
-    def saved(step: int) -> bool:
-        return (out / "checkpoints" / f"step_{step:08d}" / "checksums.json").is_file()
-
     deadline = time.time() + 150
-    while not saved(10) and time.time() < deadline and agent0.poll() is None:
-        time.sleep(0.1)
-    assert saved(10), logs[0].read_text()[-3000:]
+    assert wait_saved(out, 10, agent0, deadline), logs[0].read_text()[-3000:]
     killed_at = time.time()
     assert h1.kill_all() >= 2  # its agent and its worker
     while not any(json.loads(r).get("event") == "resumed" and json.loads(r)["world_size"] == 1
                   for r in (out / "metrics.jsonl").read_text().splitlines()) and time.time() < deadline:  # fmt: skip
         time.sleep(0.2)
     recovered = time.time() - killed_at
-    while not saved(25) and time.time() < deadline and agent0.poll() is None:
-        time.sleep(0.1)
-    assert saved(25), logs[0].read_text()[-3000:]  # host 0 alone went on
+    assert wait_saved(out, 25, agent0, deadline), logs[0].read_text()[-3000:]  # host 0 alone went on
     back = time.time()
     h1.run(host1_command, logs[1])  # the host comes back
     while not any(json.loads(r).get("event") == "resumed" and json.loads(r)["world_size"] == 2

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from hosts import TINY, elastic_job
+from hosts import elastic_job, pretrain_args
 
 from albertlm.training import checkpoint
 
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.multihost
 def test_a_host_killed_during_a_checkpoint_save(two_hosts, shards, tmp_path):
     out = tmp_path / "run"
     steps = 40
-    common = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", str(steps), "--warmup-steps", "2",
-              "--global-batch-size", "8", "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "3",
-              "--eval-every", "1000", "--log-every", "1", "--no-progress", "--lr", "5e-3", *TINY]  # fmt: skip
+    common = pretrain_args(shards, out, steps, save_every=1, keep_last=3)
     logs = [tmp_path / f"host{i}.log" for i in range(2)]
     h1 = two_hosts[1]
     agent0, _ = elastic_job(two_hosts, 29513, common, logs, max_restarts=3)
