@@ -182,21 +182,25 @@ def upload(local: Path, url: str, workers: int = 8) -> None:
 
 
 def check_writable(url: str) -> str | None:
-    """One line unless ``url``'s bucket exists and can be read with these credentials (before a build, not after
-    it); returns the shard folder of the build already there, if any (``upload`` replaces it)."""
+    """One line unless ``url``'s store answers these credentials and its bucket exists (before a build, not
+    after it); returns the shard folder of the build already there, if any (``upload`` replaces it)."""
     fs, root = filesystem(url)
-    bucket = root.split("/")[0]
     try:
-        found = fs.exists(bucket)
-        text = fs.cat_file(f"{root}/{MANIFEST}") if found else None
-    except FileNotFoundError:
+        text = fs.cat_file(f"{root}/{MANIFEST}")
+    except FileNotFoundError:  # no build there yet, or no such bucket
         text = None
     except Exception as e:  # the client's own errors: credentials, endpoint, permissions
         raise DataError(f"{url}: cannot reach the object store ({_reason(e)}); check the credentials and "
                         "AWS_ENDPOINT_URL in the environment") from None
-    if not found:
-        raise DataError(f"{url}: the bucket {bucket!r} does not exist (or these credentials cannot see it); create "
-                        "it first, or check the URL and AWS_ENDPOINT_URL")  # fmt: skip
+    bucket = root.split("/")[0]  # (empty for a filesystem of paths, memory:// or sftp://: no bucket to check)
+    if text is None and bucket:
+        try:
+            fs.info(bucket)
+        except FileNotFoundError:
+            raise DataError(f"{url}: the bucket {bucket!r} does not exist; create it first, or check the URL and "
+                            "AWS_ENDPOINT_URL") from None
+        except Exception:  # noqa: BLE001 - credentials that may write a prefix but not see the bucket: go on
+            pass
     try:
         return json.loads(text).get("shard_dir") if text is not None else None
     except (ValueError, AttributeError):
