@@ -257,6 +257,31 @@ def load_training_state(root: Path, info: DistInfo, run_id: str | None) -> dict[
             "scheduler": opt["scheduler"], "scaler": opt.get("scaler"), "rng": rng}  # fmt: skip
 
 
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """This rank's shards of the model and optimizer state (FSDP2; in one process, the whole of each), as
+    ``state["sharded"]`` of ``save_training_state`` writes them."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    return dict(zip(("model", "optimizer"), get_state_dict(model, optimizer), strict=True))
+
+
+def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo) -> None:
+    """This rank's slices of the model and optimizer from the shards at ``path``, at any world size (every
+    rank takes part). A checkpoint that lacks what this model or optimizer holds stops the run in one line."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    target = sharded_state(model, optimizer)
+    try:
+        with one_process_quiet():
+            dcp.load(target, storage_reader=dcp.FileSystemReader(path), no_dist=not info.enabled)
+    except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure in one exception type or another
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TrainingError(f"{path}: its shards do not fit this run's model and optimizer ({first[:200]}); "
+                            "resume with the settings it was written with (--preset, --set, --optimizer)") from None
+    set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
+
+
 def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_last: int) -> Path | None:
     """Write ``state`` (a run's ``state_dict()``) as the checkpoint of its step; every rank calls this (each
     writes its own RNG state), rank 0 writes the rest. With ``state["sharded"]`` (model and optimizer state

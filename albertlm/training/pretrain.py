@@ -412,9 +412,7 @@ class Run:
         cfg, info = self.cfg, self.info
         model_sd, opt_sd, sharded = None, None, None
         if cfg.fsdp:  # (also in one process: the checkpoint keeps the layout FSDP runs of any size read)
-            from torch.distributed.checkpoint.state_dict import get_state_dict
-
-            sharded = dict(zip(("model", "optimizer"), get_state_dict(self.wrapped, self.optimizer), strict=True))
+            sharded = ckpt.sharded_state(self.wrapped, self.optimizer)
         else:
             model_sd, opt_sd = self.full_state()
         return {"model": model_sd, "model_config": self.config, "architecture": type(self.model).__name__,
@@ -446,7 +444,7 @@ class Run:
             print0(info, f"{where}: written by {state['world_size']} process(es), resumed by {info.world_size}: "
                          "the full model and optimizer state reshard, the data position is the global step's")
         if state.get("sharded") is not None:
-            self._load_sharded(Path(state["sharded"]))
+            ckpt.load_sharded(Path(state["sharded"]), self.wrapped, self.optimizer, info)
         elif cfg.fsdp:  # a full state (checkpoints written before the sharded layout)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
@@ -465,23 +463,6 @@ class Run:
             ckpt.set_rng_state(state["rng"])
         else:  # a rank the writing run did not have (more processes now): dropout seeded from the step
             torch.manual_seed(cfg.seed * 1_000_003 + self.step * 1_009 + info.rank)
-
-    def _load_sharded(self, path: Path) -> None:
-        """This rank's slices of the model and optimizer from the shards at ``path``, at any world size (every
-        rank takes part). A checkpoint that lacks what this model or optimizer holds stops the run in one line."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-        target = dict(zip(("model", "optimizer"), get_state_dict(self.wrapped, self.optimizer), strict=True))
-        try:
-            with ckpt.one_process_quiet():
-                dcp.load(target, storage_reader=dcp.FileSystemReader(path), no_dist=not self.info.enabled)
-        except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure in one exception type or another
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TrainingError(f"{path}: its shards do not fit this run's model and optimizer ({first[:200]}); "
-                                "resume with the settings it was written with (--preset, --set, --optimizer)") from None
-        set_state_dict(self.wrapped, self.optimizer, model_state_dict=target["model"],
-                       optim_state_dict=target["optimizer"])
 
     def full_state(self) -> tuple[dict, dict]:
         """Full (unsharded) model and optimizer state; under FSDP a collective, complete on rank 0."""
