@@ -26,6 +26,7 @@ no paper hyperparameters; ``auto_defaults`` chooses the ones not given from the 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -86,6 +87,9 @@ class Settings:
     micro_batch_size: int | None = field(default=None, metadata={
         "help": "examples per forward on one process (default: the batch split over the processes); smaller "
                 "accumulates gradients over several forwards, the update staying the batch's", "min": 1})
+    fsdp: bool = field(default=False, metadata={
+        "help": "FSDP2 (fully_shard) instead of DDP under torchrun: weights, gradients and optimizer state sharded "
+                "over the processes; checkpoints sharded (torch.distributed.checkpoint)"})
     clip_norm: float = field(default=1.0, metadata={"help": "global gradient-norm clip", "above": 0})
     compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: on for CUDA, "
                                                                   "off on CPU)"})
@@ -325,7 +329,8 @@ def train(
     the kept model. ``out`` must not hold a model or a run already, unless ``overwrite`` (see check_out), or
     ``resume``: continue from the newest checkpoint under ``out/checkpoints`` (bitwise exact on the CPU).
     ``on_eval(step, score, train_loss)`` runs after every evaluation (a search prunes a trial by raising).
-    Under torchrun each process takes its share of every batch (DDP); rank 0 evaluates and writes."""
+    Under torchrun each process takes its share of every batch (DDP, or FSDP2 with ``s.fsdp``); rank 0
+    evaluates and writes."""
     check_out(out, model_arg, overwrite, resume)
     info = init_distributed(s.device)
     try:
@@ -380,12 +385,19 @@ class FineTuning:
             opt = build_optimizer(m, "adamw", s.lr, s.weight_decay)  # frozen parameters (requires_grad off) stay
             return opt, build_scheduler(opt, self.warmup, self.total)
 
-        self.stepper = Stepper(model, info, s.precision, optimizer, s.clip_norm, s.max_nonfinite, compile=s.compile,
-                               advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
+        # Under FSDP rank 0 evaluates and keeps the best model on a whole copy, the sharded weights gathered
+        # into it before each evaluation (a forward of the sharded model would need every rank).
+        self.whole = copy.deepcopy(model) if s.fsdp and info.enabled and info.is_main else None
+        self.stepper = Stepper(model, info, s.precision, optimizer, s.clip_norm, s.max_nonfinite, fsdp=s.fsdp,
+                               compile=s.compile, advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
                                f"{self.warmup} steps); for a model you converted, check its config.json "
                                "(layer_norm_eps) and weights")  # fmt: skip
         self.model = self.stepper.model
-        self.evaluator = Predictor.from_model(self.model, tok, task, s.inference, precision=self.stepper.precision)
+        if self.whole is not None:
+            self.whole.to(info.device)
+        self.kept = self.whole if self.whole is not None else self.model  # what rank 0 evaluates and saves
+        self.evaluator = (Predictor.from_model(self.kept, tok, task, s.inference, precision=self.stepper.precision)
+                          if info.is_main else None)  # (only rank 0 evaluates)  # fmt: skip
         self.order = random.Random(s.seed)  # the batches' order, epoch after epoch
         self.step, self.epoch, self.in_epoch, self.elapsed = 0, 0, 0, 0.0
         self.losses: list[float] = []
@@ -460,6 +472,12 @@ class FineTuning:
     def _evaluate(self, tracker: Tracker, elapsed: float) -> None:
         """Score on the dev set (rank 0), log, keep the model if it is the best so far."""
         step, s = self.step, self.s
+        if self.stepper.fsdp:  # a collective: every rank gives its shards, rank 0 loads them whole
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if self.whole is not None:
+                self.whole.load_state_dict(full)
         if self.info.is_main:
             result = self.evaluator.evaluate(self.data.eval)[0] if self.data.eval else {}
             row = {"step": step, "epoch": step / self.per_epoch, "train_loss": float(np.mean(self.losses[-50:])),
@@ -470,7 +488,7 @@ class FineTuning:
             best = self.best
             if not best or score is None or best["score"] is None or score > best["score"]:
                 # the tokenizer once; a better model later replaces only config.json and the weights
-                _save_best(self.model, None if best else self.tok, self.out, self.task, s, step, result)
+                _save_best(self.kept, None if best else self.tok, self.out, self.task, s, step, result)
                 self.best = {"score": score, "step": step, "metrics": result}
             if self.on_eval is not None:
                 self.on_eval(step, score, row["train_loss"])
@@ -489,8 +507,10 @@ class FineTuning:
         from albertlm.training import checkpoint as ckpt
 
         st = self.stepper
-        state = {"model": self.model.state_dict(), "model_config": self.model.config,
-                 "architecture": type(self.model).__name__, "optimizer": st.optimizer.state_dict(),
+        sharded = ckpt.sharded_state(self.model, st.optimizer) if self.s.fsdp else None  # (any world size reads it)
+        state = {"model": None if sharded else self.model.state_dict(), "sharded": sharded,
+                 "model_config": self.model.config, "architecture": type(self.model).__name__,
+                 "optimizer": None if sharded else st.optimizer.state_dict(),
                  "scheduler": st.scheduler.state_dict(), "scaler": st.scaler.state_dict() if st.scaler.is_enabled()
                  else None, "rng": ckpt.rng_state(), "host_rng": ckpt.host_rng_state(),
                  "order_rng": [epoch_start[0], list(epoch_start[1]), epoch_start[2]],
@@ -515,9 +535,12 @@ class FineTuning:
         if changed:
             raise TrainingError(f"--resume: {where} was written with other settings ({', '.join(changed)}); resume "
                                 "with the same ones, or start afresh with --overwrite")  # fmt: skip
-        load_into(self.model, state["model"], source=str(where))
         st = self.stepper
-        st.optimizer.load_state_dict(state["optimizer"])
+        if state.get("sharded") is not None:
+            ckpt.load_sharded(Path(state["sharded"]), self.model, st.optimizer, self.info)
+        else:
+            load_into(self.model, state["model"], source=str(where))
+            st.optimizer.load_state_dict(state["optimizer"])
         st.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler") is not None:
             st.scaler.load_state_dict(state["scaler"])

@@ -1,7 +1,7 @@
 """One optimizer step, the same machinery for pretraining and fine-tuning.
 
 ``Stepper`` holds what a step needs besides the data and the loss: the device's precision (bf16 autocast, or
-fp16 with a grad scaler, or fp32), the model wrapped for torchrun (DDP, or FSDP2 for pretraining), the
+fp16 with a grad scaler, or fp32), the model wrapped for torchrun (DDP, or FSDP2 with --fsdp), the
 compiled forward, the optimizer and schedule, gradient accumulation over micro-batches, clipping, and the
 guard against non-finite losses and gradients with its accounting:
 

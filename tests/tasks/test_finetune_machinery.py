@@ -130,6 +130,41 @@ def test_two_processes_equal_one_process(data, en_tok_dir, tmp_path):
     assert json.loads((tmp_path / "two" / "metrics.json").read_text())["world_size"] == 2
 
 
+def test_fsdp_two_processes_equal_one_process_and_their_shards_resume_on_one(data, en_tok_dir, tmp_path):
+    """--fsdp under torchrun (2 gloo processes, weights and optimizer state sharded): the same model as one
+    process; its checkpoints are each rank's shards, and one process resumes from them (resharded) to the
+    same end."""
+    import shutil
+
+    sst = _sst2_slice(data, tmp_path)
+    common = [*FAST, "--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
+              "--set=classifier_dropout_prob=0", "--save-every", "2", "--keep-last", "0"]  # fmt: skip
+    one = subprocess.run(_cli(*_args(sst, en_tok_dir, tmp_path / "one", *common)), env=ENV, capture_output=True,
+                         text=True)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          "29562", "-m", "albertlm", *_args(sst, en_tok_dir, tmp_path / "two", *common, "--fsdp")],
+                         env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = _weights(tmp_path / "one")
+    for k, v in _weights(tmp_path / "two").items():
+        torch.testing.assert_close(v, a[k], atol=1e-5, rtol=1e-4, msg=k)
+    saved = {p.name for p in (tmp_path / "two" / "checkpoints" / "step_00000004").iterdir()}
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= saved and "model.safetensors" not in saved
+    m1, m2 = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
+    assert m2["metrics"]["accuracy"] == m1["metrics"]["accuracy"]  # rank 0 evaluated the gathered weights
+    shutil.copytree(tmp_path / "two", tmp_path / "resumed")  # from step 4 of the 2-process run, on 1 process
+    done = subprocess.run(_cli(*_args(sst, en_tok_dir, tmp_path / "resumed", *common, "--fsdp", "--resume")),
+                          env=ENV, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from" in done.stdout + done.stderr and "step_00000004" in done.stdout + done.stderr
+    for k, v in _weights(tmp_path / "resumed").items():
+        torch.testing.assert_close(v, a[k], atol=1e-5, rtol=1e-4, msg=k)
+    refused = subprocess.run(_cli(*_args(sst, en_tok_dir, tmp_path / "resumed", *common, "--resume")), env=ENV,
+                             capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 2 and "other settings (fsdp)" in refused.stderr  # the shards' layout follows it
+
+
 def test_device_flags(data, en_tok_dir, tmp_path, capsys):
     sst = _sst2_slice(data, tmp_path)
     with pytest.raises(SystemExit) as e:
