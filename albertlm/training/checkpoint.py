@@ -282,6 +282,28 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
 
 
+def restore(state: dict[str, Any], wrapped: torch.nn.Module, model: torch.nn.Module, optimizer: Any, scheduler: Any,
+            scaler: Any, info: DistInfo, fsdp: bool) -> None:  # fmt: skip
+    """A training state's model and optimizer (this rank's slices of the DCP shards, or the full state, loaded
+    into FSDP's sharded parameters when ``fsdp``), then its schedule and grad scaler. ``wrapped`` is the
+    model as the run wraps it (DDP, FSDP2, or ``model`` itself)."""
+    from albertlm.hf import hf_to_ours, load_into
+
+    if state.get("sharded") is not None:
+        load_sharded(Path(state["sharded"]), wrapped, optimizer, info)
+    elif fsdp:  # a full state (checkpoints written before the sharded layout)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(wrapped, optimizer, model_state_dict=hf_to_ours(state["model"], model),
+                       optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
+    else:
+        load_into(model, state["model"], source=str(state.get("path", "the checkpoint")))
+        optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if state.get("scaler") is not None:
+        scaler.load_state_dict(state["scaler"])
+
+
 def save_training_state(root: Path, state: dict[str, Any], info: DistInfo, keep_last: int) -> Path | None:
     """Write ``state`` (a run's ``state_dict()``) as the checkpoint of its step; every rank calls this (each
     writes its own RNG state), rank 0 writes the rest. With ``state["sharded"]`` (model and optimizer state

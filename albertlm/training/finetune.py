@@ -522,7 +522,6 @@ class FineTuning:
     def resume(self) -> None:
         """Continue from the newest valid checkpoint in ``out/checkpoints``; one line when there is none or
         it was written with other settings."""
-        from albertlm.hf import load_into
         from albertlm.training import checkpoint as ckpt
 
         root = self.out / CHECKPOINTS
@@ -536,14 +535,7 @@ class FineTuning:
             raise TrainingError(f"--resume: {where} was written with other settings ({', '.join(changed)}); resume "
                                 "with the same ones, or start afresh with --overwrite")  # fmt: skip
         st = self.stepper
-        if state.get("sharded") is not None:
-            ckpt.load_sharded(Path(state["sharded"]), self.model, st.optimizer, self.info)
-        else:
-            load_into(self.model, state["model"], source=str(where))
-            st.optimizer.load_state_dict(state["optimizer"])
-        st.scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler") is not None:
-            st.scaler.load_state_dict(state["scaler"])
+        ckpt.restore(state, st.wrapped, self.model, st.optimizer, st.scheduler, st.scaler, self.info, self.s.fsdp)
         st.nonfinite = state["nonfinite"]
         self.step, self.epoch, self.in_epoch = state["step"], state["epoch"], state["step_in_epoch"]
         self.losses, self.best, self.elapsed = state["losses"], state["best"], state["elapsed"]

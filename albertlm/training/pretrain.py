@@ -427,7 +427,6 @@ class Run:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` (or ``checkpoint.load_training_state``) gives; the model weights in our
         layout or the HF one. A checkpoint of other distribution settings is refused before anything loads."""
-        from albertlm.hf import hf_to_ours, load_into
 
         cfg, info = self.cfg, self.info
         where = state.get("path", "the checkpoint")
@@ -443,19 +442,7 @@ class Run:
         if state["world_size"] != info.world_size:
             print0(info, f"{where}: written by {state['world_size']} process(es), resumed by {info.world_size}: "
                          "the full model and optimizer state reshard, the data position is the global step's")
-        if state.get("sharded") is not None:
-            ckpt.load_sharded(Path(state["sharded"]), self.wrapped, self.optimizer, info)
-        elif cfg.fsdp:  # a full state (checkpoints written before the sharded layout)
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-            set_state_dict(self.wrapped, self.optimizer, model_state_dict=hf_to_ours(state["model"], self.model),
-                           optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
-        else:
-            load_into(self.model, state["model"], source=str(where))
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler") is not None:
-            self.scaler.load_state_dict(state["scaler"])
+        ckpt.restore(state, self.wrapped, self.model, self.optimizer, self.scheduler, self.scaler, info, cfg.fsdp)
         self.step, self.nonfinite, self.tokens_seen = state["step"], state["nonfinite"], state["tokens_seen"]
         self.batches.epoch, self.batches.step_in_epoch = state["epoch"], state["step_in_epoch"]
         ckpt.set_host_rng_state(state["host_rng"])
