@@ -35,9 +35,10 @@ class Host:
     dev: str
     addr: str
 
-    def run(self, cmd: list[str], log: Path) -> subprocess.Popen:
-        """``cmd`` inside this host, its own process group, output to ``log``."""
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": self.dev,
+    def run(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """``cmd`` inside this host, its own process group, output to ``log`` (``env``: variables of its own)."""
+        env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+               "GLOO_SOCKET_IFNAME": self.dev,
                "TORCHELASTIC_ERROR_FILE": str(log.with_suffix(".error.json")),
                # the workers' own store, not the rendezvous one: with it shared, a host that rejoins waits forever
                # for MASTER_ADDR (the README says so beside the multi-host commands)
