@@ -19,7 +19,7 @@ from albertlm.errors import USER_OS_ERRORS, AlbertlmError, UserError  # noqa: F4
 COMMANDS = [
     "params", "forward", "init",  # the model
     "tokenizer", "data",  # text -> shards
-    "pretrain", "plot",  # training
+    "pretrain", "rendezvous", "plot",  # training
     "finetune", "evaluate", "predict", "tasks", "convert_pku_ner",  # tasks
     "export", "serve", "convert",  # deployment; original TF checkpoints in
     "analyze", "ablate",  # the paper's claims

@@ -142,6 +142,37 @@ def test_two_process_ddp_equals_single_process(shards, tmp_path):
 
 
 @pytest.mark.distributed
+def test_a_job_rendezvous_through_albertlm_rendezvous_and_a_used_port_is_one_line(shards, tmp_path, capsys):
+    """The store of `albertlm rendezvous` serves torchrun's c10d rendezvous (agents with is_host=false, as on
+    hosts whose store runs elsewhere); a second store on its port is refused in one line."""
+    import socket
+
+    from albertlm.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = subprocess.Popen([sys.executable, "-m", "albertlm", "rendezvous", "--port", str(port)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert "rendezvous store on port" in store.stdout.readline()
+        job = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "is_host=false",
+             "-m", "albertlm", "pretrain", "--data", str(shards), "--out", str(tmp_path / "run"), "--max-steps", "2",
+             "--global-batch-size", "8", "--micro-batch-size", "2", "--no-progress", *TINY_SET],
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert job.returncode == 0, job.stderr[-3000:]
+        assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+        assert main(["rendezvous", "--port", str(port)]) == 2
+        err = capsys.readouterr().err
+        assert f"--port {port}: cannot listen there (address already in use)" in err and "Traceback" not in err
+    finally:
+        store.terminate()
+        assert store.wait(timeout=30) == 0  # SIGTERM stops it cleanly
+
+
+@pytest.mark.distributed
 def test_one_rank_dying_stops_every_rank(shards, tmp_path):
     """SIGKILL one of two workers mid-run: torchrun stops the other and exits non-zero, no hang."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -2,8 +2,10 @@
 
 Single process:            albertlm pretrain ...
 One machine, N processes:  torchrun --nproc_per_node N -m albertlm pretrain ...
-Several machines:          torchrun --nnodes M --node_rank R --master_addr HOST --nproc_per_node N \
-                               -m albertlm pretrain ...
+Several machines:          torchrun --nnodes MIN:MAX --nproc_per_node N --rdzv-backend c10d \
+                               --rdzv-endpoint HOST:PORT -m albertlm pretrain ...
+                           (the rendezvous store on a machine outside the job, so that any host may
+                           die: `albertlm rendezvous` there, `--rdzv-conf is_host=false` on every host)
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them everything here degrades to one process.
 When one rank fails, torchrun's agent stops the others; collectives also carry a timeout, so a rank
@@ -15,12 +17,34 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass
+class StoreSettings:
+    """Where ``albertlm rendezvous`` serves the store torchrun's c10d rendezvous keeps its state in."""
+
+    port: int = field(default=29400, metadata={"help": "the port to listen on, on every interface (torchrun's "
+                                               "--rdzv-endpoint THIS_HOST:PORT)", "min": 1, "max": 65535})  # fmt: skip
+
+
+def rendezvous_store(s: StoreSettings) -> dist.TCPStore:
+    """A TCPStore server on port ``s.port`` (every interface: torch's store binds them all) for the c10d
+    rendezvous of torchrun agents started with ``--rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT
+    --rdzv-conf is_host=false``. Run on a machine outside the job (a login node), it outlives any host of the
+    job; it serves until this process ends (keep the returned store referenced)."""
+    try:
+        return dist.TCPStore("0.0.0.0", s.port, is_master=True, wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as e:
+        from albertlm.errors import UserError
+
+        reason = "address already in use" if "EADDRINUSE" in str(e) else str(e).splitlines()[0][:160]
+        raise UserError(f"--port {s.port}: cannot listen there ({reason}); choose a free port") from None
 
 
 @dataclass

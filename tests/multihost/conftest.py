@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hosts import switched_hosts as make_switched_hosts
 from hosts import two_hosts as make_two_hosts
 from shared_data import docstring_corpus
 
@@ -13,6 +14,12 @@ from shared_data import docstring_corpus
 def two_hosts():
     with make_two_hosts() as hosts:
         yield hosts
+
+
+@pytest.fixture
+def switched_hosts():
+    with make_switched_hosts() as (hosts, switch):
+        yield hosts, switch
 
 
 @pytest.fixture(scope="session")

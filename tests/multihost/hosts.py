@@ -84,6 +84,43 @@ def two_hosts():
         subprocess.run(["ip", "link", "del", hosts[0].dev], capture_output=True)  # (gone with its namespace)
 
 
+@contextlib.contextmanager
+def switched_hosts(n: int = 2):
+    """``n`` hosts 10.<a>.<b>.1, .2, ... and a third kind of host, 10.<a>.<b>.254, that is their switch (a
+    bridge every host's link is attached to) and the machine outside the job that serves the rendezvous store.
+    Yields (hosts, that host)."""
+    tag = secrets.token_hex(3)
+    a, b = int(tag[:2], 16) % 200 + 20, int(tag[2:4], 16)
+    hosts = [Host(f"alb-{tag}-{i}", f"v{tag}{i}", f"10.{a}.{b}.{i + 1}") for i in range(n)]
+    switch = Host(f"alb-{tag}-sw", "br0", f"10.{a}.{b}.254")
+    made = []
+    try:
+        _ip("netns", "add", switch.ns)
+        made.append(switch)
+        _ip("-n", switch.ns, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch.ns, "addr", "add", f"{switch.addr}/24", "dev", "br0")
+        for name in ("br0", "lo"):
+            _ip("-n", switch.ns, "link", "set", name, "up")
+        for h in hosts:
+            _ip("netns", "add", h.ns)
+            made.append(h)
+            port = f"s{h.dev[1:]}"
+            _ip("link", "add", h.dev, "type", "veth", "peer", "name", port)
+            _ip("link", "set", h.dev, "netns", h.ns)
+            _ip("link", "set", port, "netns", switch.ns)
+            _ip("-n", switch.ns, "link", "set", port, "master", "br0", "up")
+            _ip("-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", h.dev)
+            _ip("-n", h.ns, "link", "set", h.dev, "up")
+            _ip("-n", h.ns, "link", "set", "lo", "up")
+        yield hosts, switch
+    finally:
+        for h in made:
+            h.kill_all()
+        time.sleep(0.2)
+        for h in made:
+            subprocess.run(["ip", "netns", "del", h.ns], capture_output=True)  # (their links go with them)
+
+
 def torchrun(host: Host, endpoint: str, nnodes: str, *args: str, max_restarts: int = 0) -> list[str]:
     """A torchrun agent on ``host``: c10d rendezvous at ``endpoint`` (the first host's address), one worker."""
     # is_host: the first host's agent serves the rendezvous store (torchrun tells that from the hostname on real
@@ -97,11 +134,12 @@ def torchrun(host: Host, endpoint: str, nnodes: str, *args: str, max_restarts: i
 
 
 
-def elastic_job(hosts: list[Host], port: int, args: list[str], logs: list[Path], max_restarts: int
-                ) -> tuple[subprocess.Popen, list[str]]:  # fmt: skip
+def elastic_job(hosts: list[Host], port: int, args: list[str], logs: list[Path], max_restarts: int,
+                store: Host | None = None) -> tuple[subprocess.Popen, list[str]]:  # fmt: skip
     """The same elastic command (``--nnodes 1:2``) on both hosts, host 0's agent first (it serves the
-    rendezvous store); returns host 0's agent and host 1's command (to start it again after a kill)."""
-    endpoint = f"{hosts[0].addr}:{port}"
+    rendezvous store, unless ``store``, a host outside the job, does); returns host 0's agent and host 1's
+    command (to start it again after a kill)."""
+    endpoint = f"{(store or hosts[0]).addr}:{port}"
     agent0 = hosts[0].run(torchrun(hosts[0], endpoint, "1:2", *args, max_restarts=max_restarts), logs[0])
     time.sleep(1.0)
     again = torchrun(hosts[1], endpoint, "1:2", *args, max_restarts=max_restarts)
