@@ -141,6 +141,32 @@ def test_two_process_ddp_equals_single_process(shards, tmp_path):
         "world_size"] == 2
 
 
+def test_a_worker_of_the_same_torchrun_job_continues_the_run_and_never_overwrites_it(shards, tmp_path, monkeypatch,
+                                                                                   capsys):  # fmt: skip
+    """A worker finding its own job's run in --out (the same --rdzv-id: a host that comes back, or every worker
+    after a restart) continues it, even when the job's command had --overwrite; another job's is refused."""
+    from albertlm.cli import main
+
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(shards), "--out", str(out), "--max-steps", "2", "--global-batch-size", "8",
+            "--micro-batch-size", "4", "--save-every", "1", "--keep-last", "0", "--no-progress", "--overwrite",
+            *TINY_SET]  # fmt: skip
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "albert-en")
+    assert main(args) == 0
+    assert json.loads((out / "run_config.json").read_text())["elastic_job"] == "albert-en"
+    capsys.readouterr()
+    assert main([*args[:-len(TINY_SET)], "--max-steps", "3", *TINY_SET]) == 0  # the same job: --overwrite ignored
+    text = capsys.readouterr().out
+    assert "resumed from" in text and "step_00000002" in text and "removed the previous run" not in text
+    assert (out / "checkpoints" / "step_00000001").is_dir()  # nothing of the run deleted
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "another-job")
+    assert main([a for a in args if a != "--overwrite"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default id: every unnamed job has it
+    assert main([a for a in args if a != "--overwrite"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
 @pytest.mark.distributed
 def test_a_job_rendezvous_through_albertlm_rendezvous_and_a_used_port_is_one_line(shards, tmp_path, capsys):
     """The store of `albertlm rendezvous` serves torchrun's c10d rendezvous (agents with is_host=false, as on

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume and _elastic_restart(args.out):
         resume = "auto"  # torchrun restarted the workers (a host failed or joined): the run goes on
         cfg = _config_from_args(args)
+        cfg.overwrite = False  # (done when the job began: its restarts and returning hosts continue the run)
     elif args.resume:
         cfg = load_run_config(args.out or DEMO["out"])
         cfg.overwrite = bool(args.overwrite)  # refused with --resume by the run itself
@@ -100,10 +101,12 @@ def _is_rank0() -> bool:
 
 
 def _elastic_restart(out: str | None) -> bool:
-    """torchrun's agent restarted this worker (TORCHELASTIC_RESTART_COUNT > 0) and its run is in --out."""
+    """The run in --out is this torchrun job's: its agent restarted this worker (TORCHELASTIC_RESTART_COUNT
+    > 0), or this worker's host joins the job that wrote it (the same --rdzv-id: a host that comes back)."""
     import os
 
-    from albertlm.training.rundir import RUN_CONFIG
+    from albertlm.training.rundir import RUN_CONFIG, of_this_job
 
-    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    return restarts > 0 and out is not None and (Path(out) / RUN_CONFIG).is_file()
+    if out is None or not (Path(out) / RUN_CONFIG).is_file():
+        return False
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 or of_this_job(Path(out))

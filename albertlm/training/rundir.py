@@ -56,8 +56,28 @@ def settings_json(cfg: Any, run_dir: Path) -> dict[str, Any]:
 
 
 def write_config(cfg: Any, run_dir: Path, run_id: str) -> None:
-    """run_config.json, written to a temp name and renamed."""
-    write_text_atomic(run_dir / RUN_CONFIG, json.dumps({"run_id": run_id, **settings_json(cfg, run_dir)}, indent=1))
+    """run_config.json, written to a temp name and renamed; under torchrun with an ``--rdzv-id`` of the user's,
+    that job id too (``elastic_job``: a worker of the same job that finds the run here continues it)."""
+    job = elastic_job()
+    record = {"run_id": run_id, **({"elastic_job": job} if job else {}), **settings_json(cfg, run_dir)}
+    write_text_atomic(run_dir / RUN_CONFIG, json.dumps(record, indent=1))
+
+
+def elastic_job() -> str | None:
+    """torchrun's job id (``--rdzv-id``, as TORCHELASTIC_RUN_ID) when the user named one; None otherwise
+    (not under torchrun, or its default id "none", which every unnamed job shares)."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID")
+    return job if job and job != "none" else None
+
+
+def of_this_job(run_dir: Path) -> bool:
+    """The run in ``run_dir`` was written by this torchrun job (the same user-given ``--rdzv-id``)."""
+    job = elastic_job()
+    try:
+        return job is not None and json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8")).get(
+            "elastic_job") == job
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def read_config(run_dir: str | Path) -> tuple[dict[str, Any], str | None]:

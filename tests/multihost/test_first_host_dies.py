@@ -1,6 +1,6 @@
 """The first host dies (every process of it, SIGKILL): it serves the c10d rendezvous, so the job cannot re-form
-without it. What the README promises for it: the host left does not hang but ends, and the same command on
-both hosts with ``--resume`` goes on from the newest checkpoint to the end, nothing saved lost. Marker
+without it. What the README promises for it: the host left does not hang but ends, and the same command started
+again on both hosts (the same job id) goes on from the newest checkpoint to the end, nothing saved lost. Marker
 `multihost`."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def test_the_rendezvous_host_dies_and_the_job_is_started_again(two_hosts, shards
     assert done_before < steps  # the kill did stop the job
     newest = max(s for s in range(5, steps, 5) if saved(out, s))
 
-    again = [*common, "--resume"]  # the README's advice: the same command on every host, with --resume
-    agent0, _ = elastic_job(two_hosts, 29515, again, logs, max_restarts=3)
+    # the same command on both hosts (the same --rdzv-id: its workers continue the job's run by themselves)
+    agent0, _ = elastic_job(two_hosts, 29515, common, logs, max_restarts=3)
     try:
         agent0.wait(timeout=200)
     except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired; the fixture kills what is left

@@ -43,7 +43,7 @@ def test_with_the_store_outside_the_job_the_first_host_may_die(switched_hosts, s
     recovered = time.time() - killed_at
     assert _resumed(out, 1), logs[1].read_text()[-3000:]  # host 1 alone went on
     back = time.time()
-    agent0 = h0.run(torchrun(h0, f"{switch.addr}:{port}", "1:2", *common, "--resume", max_restarts=5), logs[0])
+    agent0 = h0.run(torchrun(h0, f"{switch.addr}:{port}", "1:2", *common, max_restarts=5), logs[0])  # the same
     while not _resumed(out, 2) and time.time() < deadline and agent0.poll() is None:
         time.sleep(0.2)
     rejoined = time.time() - back
@@ -59,6 +59,7 @@ def test_with_the_store_outside_the_job_the_first_host_may_die(switched_hosts, s
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     events = [r for r in rows if r.get("event") == "resumed"]
     assert events[0]["world_size"] == 1 and events[0]["step"] >= 10, events  # from the last checkpoint
+    assert len(events) == 2, events  # alone, then both again: the returning host continued the run at once
     assert set(range(1, 301)) <= {r["step"] for r in rows if "loss" in r}
     from albertlm import AlbertForPreTraining
 
