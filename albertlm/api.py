@@ -45,6 +45,14 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     out, model = Path(out), str(model)
     s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
     searching = search is not None and search.search
+    if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and not searching:
+        # torchrun's agent restarted this worker: --out holds this job's own run, which goes on (from its
+        # newest checkpoint, or afresh when none was written yet); the command's --overwrite was done at its start
+        from albertlm.training.checkpoint import latest_valid
+        from albertlm.training.finetune import CHECKPOINTS
+
+        saved = (out / CHECKPOINTS).is_dir() and latest_valid(out / CHECKPOINTS) is not None
+        resume, overwrite = (True, False) if saved else (False, True)
     if not (searching and (out / STUDY_FILE).exists()):  # (a search's own folder resumes it)
         check_out(out, model, overwrite, resume)  # before the data is read: a used --out fails at once
     the_task = with_columns(get_task(task), columns or {})

@@ -99,6 +99,21 @@ def test_resume_refuses_other_settings_and_a_folder_without_checkpoints(data, en
     assert not (out / "checkpoints").exists()  # --overwrite took the earlier run's checkpoints too
 
 
+def test_a_torchrun_restart_continues_the_run(data, en_tok_dir, tmp_path, monkeypatch, capsys):
+    """A worker torchrun's agent restarted (TORCHELASTIC_RESTART_COUNT > 0) finds its own job's run in --out
+    and continues it from the newest checkpoint, the command's --overwrite done once, at the job's start."""
+    sst = _sst2_slice(data, tmp_path)
+    out = tmp_path / "ft"
+    args = _args(sst, en_tok_dir, out, *FAST, "--save-every", "2", "--keep-last", "0", "--overwrite")
+    assert main(args) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "resumed from" in text and "step_00000004" in text
+    assert (out / "checkpoints" / "step_00000002").is_dir()  # the run's checkpoints kept, not overwritten
+
+
 def test_gradient_accumulation_gives_the_batch_update(data, en_tok_dir, tmp_path, one_thread):
     sst = _sst2_slice(data, tmp_path)
     no_dropout = ["--set=hidden_dropout_prob=0", "--set=attention_probs_dropout_prob=0",
