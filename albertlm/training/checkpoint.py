@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import re
 import shutil
@@ -59,6 +60,7 @@ DCP_REQUIRED = ("config.json", ".metadata", "__0_0.distcp", "schedule.pt", "stat
 WRITTEN = "written.json"  # in RUN/checkpoints/: the checkpoint folders runs in RUN wrote
 CHECKPOINT_NAME = re.compile(r"step_\d{8,}")  # step_dir's names, and nothing a user adds to them
 TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
+TRASH_NAME = re.compile(r"\.step_\d{8,}\.old")  # a checkpoint being deleted (see discard)
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -135,14 +137,25 @@ def finalize(root: Path, tmp: Path, step: int, state: dict[str, Any], keep_last:
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     owned = written(root) | {step_dir(root, step).name}
     record(root, owned)  # before the rename: a crash in between leaves a recorded name without a folder, harmless
-    final = publish(tmp, step_dir(root, step), replace=True)  # prepare refused a folder this run does not own
+    if step_dir(root, step).exists():  # this run's own (prepare refused one it does not own)
+        discard(step_dir(root, step))
+    final = publish(tmp, step_dir(root, step))
     if keep_last > 0:
         upto = [p for p in list_checkpoints(root) if p.name <= final.name and p.name in owned]
         for old in upto[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            discard(old)
             owned.discard(old.name)
         record(root, owned)
     return final
+
+
+def discard(path: Path) -> None:
+    """Delete the checkpoint folder ``path`` without ever leaving part of it under its name: it is renamed to
+    ``.step_N.old`` first (a deletion a kill interrupts is finished by the next save, resume or --overwrite)."""
+    trash = path.with_name(f".{path.name}.old")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -171,8 +184,8 @@ def verify(path: Path) -> None:
 
 def valid_checkpoints(root: Path, log=_log.warning):
     """Checkpoints that verify, newest first; corrupt ones are reported and skipped, temp folders removed."""
-    for tmp in root.glob(".step_*.tmp") if root.is_dir() else []:
-        if TMP_NAME.fullmatch(tmp.name):
+    for tmp in root.glob(".step_*") if root.is_dir() else []:
+        if TMP_NAME.fullmatch(tmp.name) or TRASH_NAME.fullmatch(tmp.name):
             shutil.rmtree(tmp, ignore_errors=True)
     for path in reversed(list_checkpoints(root)):
         try:

@@ -133,9 +133,11 @@ def remove_checkpoints(ckpts: Path) -> None:
     from albertlm.training import checkpoint
 
     ours = checkpoint.written(ckpts)  # the folders runs here recorded writing, and nothing else
-    for p in ckpts.iterdir():
-        if p.is_dir() and (p.name in ours or checkpoint.TMP_NAME.fullmatch(p.name)):
+    for p in list(ckpts.iterdir()):  # (discard renames inside this folder)
+        if p.is_dir() and (checkpoint.TMP_NAME.fullmatch(p.name) or checkpoint.TRASH_NAME.fullmatch(p.name)):
             shutil.rmtree(p)
+        elif p.is_dir() and p.name in ours:
+            checkpoint.discard(p)
     (ckpts / checkpoint.WRITTEN).unlink(missing_ok=True)
     try:
         ckpts.rmdir()

@@ -241,6 +241,37 @@ def test_keep_last_prunes_only_checkpoints_up_to_the_new_one(tmp_path):
     assert [p.name for p in ckpt.list_checkpoints(root)] == ["step_00000002", "step_00000003", "step_00000009"]
 
 
+def test_a_deletion_cut_short_never_leaves_part_of_a_checkpoint_under_its_name(tmp_path, monkeypatch):
+    """keep_last's pruning killed half-way (here: rmtree stops after one file) leaves the old checkpoint under
+    a trash name, never a partial step_N that a reader would have to take for damaged; the next resume or save
+    removes the rest."""
+    from albertlm.training import checkpoint as ckpt
+
+    root = tmp_path / "checkpoints"
+    for step in (1, 2):
+        tmp = ckpt.prepare(root, step)
+        for name in ("a.bin", "b.bin", "c.bin"):
+            (tmp / name).write_bytes(bytes([step]))
+        ckpt.finalize(root, tmp, step, {"step": step}, keep_last=0)
+    real_rmtree = shutil.rmtree
+
+    def killed_half_way(path, *args, **kwargs):
+        files = sorted(p for p in Path(path).iterdir() if p.is_file()) if Path(path).is_dir() else []
+        if files:
+            files[0].unlink()
+            raise KeyboardInterrupt  # the process dies here
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.discard(ckpt.step_dir(root, 1))
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)
+    assert [p.name for p in ckpt.list_checkpoints(root)] == ["step_00000002"]  # no partial step_00000001
+    assert (root / ".step_00000001.old").is_dir()
+    list(ckpt.valid_checkpoints(root, log=lambda message: None))  # what a resume looks through first
+    assert not (root / ".step_00000001.old").exists()
+
+
 @pytest.mark.parametrize("typo, needle", [(("--preset", "albert-tyni"), "unknown preset 'albert-tyni'"),
                                           (("--set", "hidden_size=31"), "not divisible"),
                                           (("--warmup-steps", "100000"), "--warmup-steps must be from 0 to")])
