@@ -146,12 +146,12 @@ def staging_dir(parent: str | Path, name: str, mark: str | None = None) -> Path:
 
 
 def publish(staging: Path, final: Path, names: list[str] | None = None, manifest: Path | None = None,
-            text: str = "", replace: bool = False) -> Path:  # fmt: skip
+            text: str = "") -> Path:  # fmt: skip
     """Move what ``staging`` holds into place, durably, in the order that keeps every reader safe:
 
     1. the old ``manifest`` (if any) is removed, so from here on a reader finds no finished folder;
     2. the staged files are flushed and renamed: the whole folder to ``final`` (which must not exist or be
-       empty, unless ``replace`` deletes it first) or, with ``names``, those files into the folder ``final``;
+       empty) or, with ``names``, those files into the folder ``final``;
     3. the new ``manifest`` (``text``) is written last, flushed with its rename.
     """
     if manifest is not None and manifest.exists():
@@ -162,8 +162,6 @@ def publish(staging: Path, final: Path, names: list[str] | None = None, manifest
             fsync_file(p)
     fsync_dir(staging)
     if names is None:
-        if replace and final.exists():
-            shutil.rmtree(final)
         os.replace(staging, final)
     else:
         for name in names:

@@ -60,7 +60,7 @@ DCP_REQUIRED = ("config.json", ".metadata", "__0_0.distcp", "schedule.pt", "stat
 WRITTEN = "written.json"  # in RUN/checkpoints/: the checkpoint folders runs in RUN wrote
 CHECKPOINT_NAME = re.compile(r"step_\d{8,}")  # step_dir's names, and nothing a user adds to them
 TMP_NAME = re.compile(r"\.step_\d{8,}\.tmp")
-TRASH_NAME = re.compile(r"\.step_\d{8,}\.old")  # a checkpoint being deleted (see discard)
+LEFTOVER_NAME = re.compile(r"\.step_\d{8,}\.(tmp|old)")  # a save or a deletion (see discard) a kill cut short
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -185,7 +185,7 @@ def verify(path: Path) -> None:
 def valid_checkpoints(root: Path, log=_log.warning):
     """Checkpoints that verify, newest first; corrupt ones are reported and skipped, temp folders removed."""
     for tmp in root.glob(".step_*") if root.is_dir() else []:
-        if TMP_NAME.fullmatch(tmp.name) or TRASH_NAME.fullmatch(tmp.name):
+        if LEFTOVER_NAME.fullmatch(tmp.name):
             shutil.rmtree(tmp, ignore_errors=True)
     for path in reversed(list_checkpoints(root)):
         try:

@@ -134,7 +134,7 @@ def remove_checkpoints(ckpts: Path) -> None:
 
     ours = checkpoint.written(ckpts)  # the folders runs here recorded writing, and nothing else
     for p in list(ckpts.iterdir()):  # (discard renames inside this folder)
-        if p.is_dir() and (checkpoint.TMP_NAME.fullmatch(p.name) or checkpoint.TRASH_NAME.fullmatch(p.name)):
+        if p.is_dir() and checkpoint.LEFTOVER_NAME.fullmatch(p.name):
             shutil.rmtree(p)
         elif p.is_dir() and p.name in ours:
             checkpoint.discard(p)
