@@ -37,7 +37,8 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     from albertlm.tasks import RowPolicy, get_task
     from albertlm.tasks.generic import with_columns
     from albertlm.tasks.kinds import InferenceSettings
-    from albertlm.training.finetune import Settings, check_exit_settings, check_out, load_data, resolve_tokenizer, train
+    from albertlm.training.finetune import Settings, check_exit_settings, check_out, resolve_tokenizer, train
+    from albertlm.training.finetune_data import load_data
     from albertlm.training.search import STUDY_FILE, check_search
     from albertlm.training.search import search as run_search
     from albertlm.training.tracking import parse_report_to

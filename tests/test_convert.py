@@ -349,7 +349,8 @@ def test_albert_zh_structure_fine_tunes_exports_and_serves(name, tmp_path):
     from albertlm.deploy.inference import Predictor
     from albertlm.deploy.serve import create_app
     from albertlm.tasks import InferenceSettings, TextExample, get_task
-    from albertlm.training.finetune import Data, Settings, train
+    from albertlm.training.finetune import Settings, train
+    from albertlm.training.finetune_data import Data
 
     vocab = zh_vocab(tmp_path / "vocab.txt")
     convert(name, tmp_path / "converted", vocab=vocab)

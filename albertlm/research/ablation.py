@@ -206,7 +206,8 @@ def intrinsic(model_dir: Path, data: dict[str, Path], s: StudySettings) -> dict[
 
 def finetune(model_dir: Path, out: Path, s: StudySettings, lang: str, seed: int) -> dict[str, float]:
     from albertlm.tasks import InferenceSettings, get_task
-    from albertlm.training.finetune import Settings, load_data, resolve_tokenizer, train
+    from albertlm.training.finetune import Settings, resolve_tokenizer, train
+    from albertlm.training.finetune_data import load_data
 
     task_name, folder = DOWNSTREAM[lang]
     task = get_task(s.finetune_task or task_name)

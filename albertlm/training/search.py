@@ -31,7 +31,8 @@ from albertlm.errors import UserError
 from albertlm.files import write_text_atomic
 from albertlm.tasks.registry import Task
 from albertlm.tokenizer import Tokenizer
-from albertlm.training.finetune import Data, Settings, check_out, train
+from albertlm.training.finetune import Settings, check_out, train
+from albertlm.training.finetune_data import Data
 from albertlm.training.rundir import FINAL_FILES
 from albertlm.training.tracking import Tracker
 

@@ -148,7 +148,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
 
 
 def test_one_class_unseen_dev_label_and_unlabeled_training(tmp_path):
-    from albertlm.training.finetune import load_data
+    from albertlm.training.finetune_data import load_data
 
     one = tmp_path / "one.csv"
     one.write_text("text,label\na,yes\nb,yes\nc,yes\n", encoding="utf-8")
@@ -169,7 +169,7 @@ def test_one_class_unseen_dev_label_and_unlabeled_training(tmp_path):
 
 
 def test_seeded_hold_out_is_reported(caplog):
-    from albertlm.training.finetune import load_data
+    from albertlm.training.finetune_data import load_data
 
     task = generic_task("classification", UserData(text_column="review", label_column="sentiment", dev_fraction=0.2))
     with caplog.at_level("INFO", logger="albertlm"):
@@ -183,7 +183,7 @@ def test_seeded_hold_out_is_reported(caplog):
 
 
 def test_a_folder_with_train_and_dev_files(tmp_path):
-    from albertlm.training.finetune import load_data
+    from albertlm.training.finetune_data import load_data
 
     shutil.copy(GEN / "chnsenticorp_train.jsonl", tmp_path / "train.jsonl")
     shutil.copy(GEN / "chnsenticorp_dev.jsonl", tmp_path / "dev.jsonl")
@@ -194,7 +194,7 @@ def test_a_folder_with_train_and_dev_files(tmp_path):
 
 
 def test_imbalance_is_reported(tmp_path, caplog):
-    from albertlm.training.finetune import load_data
+    from albertlm.training.finetune_data import load_data
 
     f = tmp_path / "skew.csv"
     f.write_text("text,label\n" + "".join(f"row {i},{'spam' if i < 2 else 'ham'}\n" for i in range(20)))
