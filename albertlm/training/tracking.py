@@ -212,8 +212,13 @@ class _WandB:
         self.run.log(values, step=step)
 
     def finish(self, values: dict[str, float], step: int, failed: bool) -> None:
+        import wandb
+
         self.run.summary.update(values)
         self.run.finish(exit_code=1 if failed else 0)
+        # finish() returns before W&B's service has written the run file (wandb 0.31); teardown waits for it, so
+        # the offline run is whole when the command returns (and `wandb sync` or a reader sees every record).
+        wandb.teardown()
 
 
 _BACKENDS = {"tensorboard": _TensorBoard, "mlflow": _MLflow, "wandb": _WandB}
