@@ -210,6 +210,9 @@ class Classification(TaskKind):
     def label_set(self, task, train_examples):
         if task.labels is not None:
             return list(task.labels)
+        own = train_examples[0].label_names if train_examples else None
+        if own:  # a datasets ClassLabel: its names in its id order, so ids mean what they meant in the data
+            return list(own)
         counts = self.label_counts(task, train_examples)
         if not counts:
             raise DataError(f"task {task.name}: the training file has no labels")
