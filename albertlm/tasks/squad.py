@@ -68,10 +68,10 @@ def _cmrc_paragraph(p: dict) -> dict:
 def token_spans(tokenizer: Tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Ids of ``text`` (no specials) and each token's ``[start, end)`` character span in ``text``.
 
-    WordPiece: the ``tokenizers`` offsets (exact). SentencePiece: ``preprocess_text`` and the model both
-    treat whitespace as a hard boundary, so each whitespace-separated word is encoded alone (same ids as
+    WordPiece and tokenizer.json: the ``tokenizers`` offsets (exact). SentencePiece: ``preprocess_text`` and the
+    model both treat whitespace as a hard boundary, so each whitespace-separated word is encoded alone (same ids as
     encoding the whole text) and its pieces are aligned to the word's characters."""
-    if tokenizer.kind == "wordpiece":
+    if hasattr(tokenizer, "tk"):  # a `tokenizers` pipeline (WordPiece, a tokenizer.json): its own offsets
         enc = tokenizer.tk.encode(text, add_special_tokens=False)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
     words, starts = [], []
