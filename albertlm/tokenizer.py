@@ -601,7 +601,7 @@ _SPECIAL_DEFAULTS = {"Unigram": ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"), 
 
 class TokenizerJson(Tokenizer):
     """A folder with only HF's ``tokenizer.json`` (transformers 5 writes no spiece.model): its ``tokenizers``
-    pipeline run as it is, the ids HF gives (``compat`` "transformers"). The special tokens are the config's
+    pipeline run as it is, the ids HF gives. The special tokens are the config's
     (``cls_token``...), else ALBERT's or BERT's by the model type (Unigram / WordPiece)."""
 
     file_name = JSON_FILE
@@ -634,9 +634,9 @@ class TokenizerJson(Tokenizer):
         self._config = config
 
     def with_compat(self, compat: str) -> TokenizerJson:
-        if check_compat(compat) != "transformers":
-            raise UserError(f"{self.file}: a tokenizer.json is run as it is (the transformers behaviour); the "
-                            "original's needs the spiece.model or vocab.txt")  # fmt: skip
+        """The pipeline is run as it is: ``compat`` only records the behaviour it was written for (an albertlm
+        folder's tokenizer.json encodes its own, as far as a pipeline can; see ``Tokenizer.save``)."""
+        self.compat = check_compat(compat)
         return self
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
@@ -726,7 +726,7 @@ def load_tokenizer(path: str | Path, compat: str | None = None) -> Tokenizer:
     elif path.suffix == ".txt":
         tok = WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"), compat=compat)
     elif path.suffix == ".json":
-        tok = TokenizerJson(path, config).with_compat(compat if COMPAT_KEY in config else "transformers")
+        tok = TokenizerJson(path, config).with_compat(compat)
     else:
         raise DataError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model), {VOCAB_FILE} (*.txt) or "
                         f"{JSON_FILE}")  # fmt: skip

@@ -114,3 +114,19 @@ def test_hf_pipeline_scores_equal_predict_and_truncate_alike(classifier):
     shutil.copytree(classifier, copy)
     load_tokenizer(copy).save(copy)
     assert json.loads((copy / "tokenizer_config.json").read_text())["model_max_length"] == 16
+
+
+def test_a_model_folder_saved_by_transformers_is_served(classifier, tmp_path):
+    """The issue's report: a folder written by transformers 5 (tokenizer.json, no spiece.model) was refused with
+    "holds no tokenizer"; it now loads and answers as the albertlm folder it came from."""
+    hf_dir = tmp_path / "hf"
+    transformers.AutoModelForSequenceClassification.from_pretrained(str(classifier)).save_pretrained(str(hf_dir))
+    transformers.AutoTokenizer.from_pretrained(str(classifier)).save_pretrained(str(hf_dir))
+    assert not (hf_dir / "spiece.model").exists() and (hf_dir / "tokenizer.json").is_file()
+    texts = english()["sst2"][:8]
+    want = Predictor.load(classifier, engine="torch", threads=1, precision="fp32", task="sst2",
+                          overrides={"max_seq_length": 16})(texts)  # fmt: skip
+    got = Predictor.load(hf_dir, engine="torch", threads=1, precision="fp32", task="sst2",
+                         overrides={"max_seq_length": 16})(texts)  # fmt: skip
+    assert [r["label"] for r in got] == [r["label"] for r in want]
+    assert [r["score"] for r in got] == pytest.approx([r["score"] for r in want], abs=1e-6)
