@@ -109,7 +109,7 @@ def check_parameters(service: Any, params: Any) -> dict:
     if unknown:
         raise RequestError(422, "unknown_field", f"'parameters' has unknown field(s) {', '.join(unknown)}; "
                            f"{task} takes {', '.join(sorted(PARAMETERS[task])) or 'none'}")  # fmt: skip
-    params = {k: v for k, v in params.items() if v is not None}
+    params = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in params.items() if v is not None}
     top_k = params.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
         raise _bad("'parameters.top_k'", "must be an integer >= 1")
@@ -302,9 +302,8 @@ def mount(app: Any, service: Any, model_name: str) -> None:
 
     error = {"application/json": {"schema": service.schemas["error"]}}
     body_schema = {"type": "object", "required": ["inputs"], "additionalProperties": False,
-                   "properties": {"inputs": {"description": _INPUT_HELP[task]},
-                                  "parameters": {"type": "object", "description": f"{task} parameters: "
-                                                 f"{', '.join(sorted(PARAMETERS[task])) or 'none'}"}}}  # fmt: skip
+                   "properties": {"inputs": {**input_schema(service), "description": _INPUT_HELP[task]},
+                                  "parameters": parameters_schema(service)}}  # fmt: skip
     for path in PREDICT_PATHS:
         app.add_api_route(path, predict, methods=["POST"], summary=f"{task} in the HF Inference API shape",
                           openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
@@ -313,6 +312,47 @@ def mount(app: Any, service: Any, model_name: str) -> None:
     app.add_api_route("/info", get_info, methods=["GET"], summary="the model served (TEI's /info)")
     app.add_api_route("/metrics", metrics, methods=["GET"], summary="Prometheus metrics (text format)",
                       response_class=Response)  # fmt: skip
+
+
+def input_schema(service: Any) -> dict:
+    """What ``read_inputs`` takes for the served kind, as JSON Schema (one input, or a list of 1 to max_items)."""
+    kind, s, nonblank = service.predictor.kind.name, {"type": "string"}, {"type": "string", "pattern": "\\S"}
+    text = {"type": "string", "minLength": 1}
+    one = {
+        "classification": [s, {"type": "object", "required": ["text"], "additionalProperties": False,
+                               "properties": {"text": s, "text_pair": s}}],
+        "tagging": [nonblank],
+        "qa": [{"type": "object", "required": ["question", "context"], "additionalProperties": False,
+                "properties": {"question": text, "context": text}}],
+    }  # fmt: skip
+    one["regression"], one["qa_v2"] = one["classification"], one["qa"]
+    if kind == "choice":
+        from albertlm.deploy.schema import input_schemas
+
+        one["choice"] = input_schemas("choice")
+    texts = kind in ("classification", "regression")
+    pair = [{"type": "array", "items": s, "minItems": 2, "maxItems": 2}] if texts else []
+    batch = {"type": "array", "minItems": 1, "maxItems": service.max_items, "items": {"anyOf": one[kind] + pair}}
+    return {"anyOf": [*one[kind], batch]}
+
+
+def parameters_schema(service: Any) -> dict:
+    """The parameters ``check_parameters`` accepts for the served task (each may also be null)."""
+    p = service.predictor
+    task = PIPELINE_TAG[p.kind.name]
+    props: dict[str, dict] = {}
+    if task == "text-classification":
+        props = {"top_k": {"type": "integer", "minimum": 1},
+                 "function_to_apply": {"enum": ["none" if p.kind.name == "regression" else "softmax"]}}
+    elif task == "token-classification":
+        props = {"aggregation_strategy": {"enum": ["none", "simple", "first"]},
+                 "ignore_labels": {"type": "array", "items": {"type": "string"}}}
+    elif task == "question-answering":
+        props = {"top_k": {"enum": [1]}, "handle_impossible_answer": {"enum": [p.kind.name == "qa_v2"]},
+                 **{name: {"enum": [getattr(p.settings, setting)]} for name, setting in QA_SETTINGS.items()}}
+    props = {k: {"anyOf": [v, {"type": "null"}]} for k, v in props.items()}
+    return {"anyOf": [{"type": "object", "properties": props, "additionalProperties": False}, {"type": "null"}],
+            "description": f"{task} parameters: {', '.join(sorted(props)) or 'none'}"}  # fmt: skip
 
 
 _INPUT_HELP = {

@@ -245,11 +245,11 @@ def mount(app: Any, service: Any, model_name: str) -> None:
     async def server_metadata() -> dict[str, Any]:
         return {"name": "albertlm", "version": albertlm.__version__, "extensions": ["binary_tensor_data"]}
 
-    async def live() -> Response:
-        return Response(status_code=200)
+    async def live() -> dict[str, Any]:
+        return {"live": True}
 
-    async def ready() -> Response:
-        return Response(status_code=503 if service.failure else 200)
+    async def ready() -> JSONResponse:
+        return JSONResponse({"ready": not service.failure}, status_code=503 if service.failure else 200)
 
     async def model_metadata(name: str, version: str | None = None) -> Any:
         try:
@@ -263,7 +263,8 @@ def mount(app: Any, service: Any, model_name: str) -> None:
             check_model(name, version)
         except RequestError as e:
             return error(e)
-        return Response(status_code=503 if service.failure else 200)
+        return JSONResponse({"name": model_name, "ready": not service.failure},
+                            status_code=503 if service.failure else 200)  # fmt: skip
 
     async def infer(request: Request, name: str, version: str | None = None) -> Any:
         try:
@@ -304,9 +305,14 @@ def mount(app: Any, service: Any, model_name: str) -> None:
                  "responses": {"4XX": {"description": "a rejected request", "content": err}}}
     app.add_api_route("/v2", server_metadata, methods=["GET"], summary="v2: server metadata")
     app.add_api_route("/v2/health/live", live, methods=["GET"], summary="v2: the server is up")
-    app.add_api_route("/v2/health/ready", ready, methods=["GET"], summary="v2: the model answers (503 once broken)")
+    app.add_api_route("/v2/health/ready", ready, methods=["GET"], summary="v2: the model answers (503 once broken)",
+                      openapi_extra={"responses": {"503": {"description": "the model computed NaN"}}})
+    # A name other than the served model's (or a version other than 1) answers 404 in the protocol's error shape.
+    other = {"404": {"description": "no such model or version", "content": err}}
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        app.add_api_route(prefix, model_metadata, methods=["GET"], summary="v2: the model's input and output tensors")
-        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], summary="v2: the model answers")
+        app.add_api_route(prefix, model_metadata, methods=["GET"], summary="v2: the model's input and output tensors",
+                          openapi_extra={"responses": other})  # fmt: skip
+        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], summary="v2: the model answers",
+                          openapi_extra={"responses": {**other, "503": {"description": "the model computed NaN"}}})
         app.add_api_route(f"{prefix}/infer", infer, methods=["POST"], summary="v2: inference on BYTES tensors",
                           openapi_extra=infer_doc)
