@@ -13,6 +13,11 @@ recorded as ``"albertlm_compat"`` in ``tokenizer_config.json``:
   ``"``, no digit-comma split, 100-character WordPiece words. A directory without the key (any HF
   checkpoint) loads this way; ``tests/test_tokenizer.py`` holds the parity tests.
 
+Every saved tokenizer folder also carries a ``tokenizer.json`` (the ``tokenizers`` pipeline of this very behaviour)
+and a ``tokenizer_config.json`` with ``model_max_length``, so HF's tokenizer and pipelines give albertlm's ids and
+truncate where ``albertlm predict`` does; a folder holding only a ``tokenizer.json`` (transformers 5 saves no
+spiece.model) loads through ``tokenizers`` (``TokenizerJson``).
+
     tok = load_tokenizer("path/to/spiece.model")        # or a directory holding spiece.model / vocab.txt
     ids, types = tok.encode_pair("first segment", "second segment", max_length=128)
     rows = tok.encode_batch(lines)                        # the fast path for whole corpora
@@ -29,6 +34,7 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +42,7 @@ from albertlm.errors import DataError, UserError
 
 SPIECE_UNDERLINE = "▁"
 SPM_FILE, VOCAB_FILE, CONFIG_FILE = "spiece.model", "vocab.txt", "tokenizer_config.json"
+JSON_FILE = "tokenizer.json"  # the `tokenizers` pipeline, what HF's fast tokenizers load
 # Original ALBERT spm_train flags (README of google-research/albert) minus --user_defined_symbols: see
 # train_sentencepiece for why those are opt-in.
 ALBERT_USER_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
@@ -70,6 +77,7 @@ class Tokenizer(ABC):
     compat: str  # "original" (google-research/albert) or "transformers": see the module docstring
     file: Path  # the vocabulary file this tokenizer was loaded from
     file_name: str  # the name HF expects it under: spiece.model or vocab.txt
+    model_max_length: int = 512  # tokenizer_config.json's: where HF's pipelines truncate
 
     # --- hooks -------------------------------------------------------------------------------------
     @abstractmethod
@@ -100,16 +108,38 @@ class Tokenizer(ABC):
     def with_compat(self, compat: str) -> Tokenizer:
         """The same vocabulary and settings, following ``compat`` ("original" or "transformers")."""
 
-    def save(self, directory: str | Path) -> None:
-        """The vocabulary file plus a ``tokenizer_config.json`` that ``AutoTokenizer`` understands."""
+    @abstractmethod
+    def tokenizer_json(self) -> str:
+        """This tokenizer as a ``tokenizers`` pipeline (tokenizer.json): the same ids for the same text."""
+
+    def save(self, directory: str | Path, model_max_length: int | None = None) -> None:
+        """The vocabulary file, ``tokenizer.json`` and a ``tokenizer_config.json`` that ``AutoTokenizer`` reads:
+        with ``model_max_length`` (default: the one loaded, else 512) HF's pipelines truncate where the model's
+        ``max_seq_length`` does. The original behaviour's config names no ALBERT / BERT class: transformers'
+        classes rebuild their own normalizer (AlbertTokenizer turns `` and '' into "), so HF loads our
+        tokenizer.json as it is (PreTrainedTokenizerFast) and gives our ids."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         target = directory / self.file_name
         if self.file.resolve() != target.resolve():
             shutil.copyfile(self.file, target)
-        config = {**self._hf_config(), "model_max_length": 512, COMPAT_KEY: self.compat}
+        if self.file_name != JSON_FILE:
+            (directory / JSON_FILE).write_text(self.tokenizer_json(), encoding="utf-8")
+        config = {**self._hf_config(), "model_max_length": int(model_max_length or self.model_max_length),
+                  "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],  # the segment ids too
+                  COMPAT_KEY: self.compat}  # fmt: skip
+        if self.compat == "original":
+            config["tokenizer_class"] = "PreTrainedTokenizerFast"
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         (directory / CONFIG_FILE).write_text(text, encoding="utf-8")
+
+    def _template(self) -> Any:
+        """[CLS] A [SEP] (B [SEP]), token types 0 then 1: what ``pair_ids`` builds."""
+        from tokenizers import processors
+
+        cls, sep = self.convert_ids_to_tokens([self.cls_id, self.sep_id])
+        return processors.TemplateProcessing(single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+                                             special_tokens=[(cls, self.cls_id), (sep, self.sep_id)])  # fmt: skip
 
     # --- shared behaviour --------------------------------------------------------------------------
     @property
@@ -367,6 +397,36 @@ class SentencePieceTokenizer(Tokenizer):
             words.append(self.sp.decode(run))
         return " ".join(w for w in words if w)
 
+    def tokenizer_json(self) -> str:
+        """HF's ALBERT pipeline (quotes, NFKD and accents, lowercase, SentencePiece's own map, Metaspace, Unigram)
+        over this model's pieces and scores; under ``original``, no quote rule, and pieces ending in <digit>,
+        scored down by 100 as transformers' converter does, which stands for the original's digit-comma re-split."""
+        from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers.models import Unigram
+
+        original = self.compat == "original"
+        vocab = []
+        for i in range(self.vocab_size):
+            piece, score = self.sp.id_to_piece(i), self.sp.get_score(i)
+            vocab.append((piece, score - 100 if original and _DIGIT_COMMA.fullmatch(piece[-2:]) else score))
+        tk = HFTokenizer(Unigram(vocab, unk_id=self.unk_id, byte_fallback=False))
+        steps = [] if original else [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+        if not self.keep_accents:
+            steps += [normalizers.NFKD(), normalizers.StripAccents()]
+        if self.lowercase:
+            steps.append(normalizers.Lowercase())
+        if charsmap := _spm_charsmap(self.file):
+            steps.append(normalizers.Precompiled(charsmap))
+        steps.append(normalizers.Replace(Regex(" {2,}"), " "))
+        tk.normalizer = normalizers.Sequence(steps)
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                    pre_tokenizers.Metaspace(replacement=SPIECE_UNDERLINE)])
+        tk.decoder = decoders.Metaspace(replacement=SPIECE_UNDERLINE)
+        tk.post_processor = self._template()
+        tk.add_special_tokens(self.convert_ids_to_tokens(sorted(self.special_ids)))
+        return tk.to_str(pretty=True)
+
     def _hf_config(self) -> dict:
         return {
             "tokenizer_class": "AlbertTokenizer",
@@ -377,6 +437,41 @@ class SentencePieceTokenizer(Tokenizer):
             "bos_token": "[CLS]",
             "eos_token": "[SEP]",
         }
+
+
+def _spm_charsmap(path: Path) -> bytes:
+    """The SentencePiece model's precompiled normalization map (ModelProto field 3, NormalizerSpec field 2), read
+    from the protobuf wire format directly: no protobuf package needed."""
+
+    def varint(buf: bytes, i: int) -> tuple[int, int]:
+        shift = value = 0
+        while True:
+            b = buf[i]
+            value |= (b & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if b < 0x80:
+                return value, i
+
+    def fields(buf: bytes) -> Iterable[tuple[int, bytes | None]]:
+        i = 0
+        while i < len(buf):
+            key, i = varint(buf, i)
+            wire = key & 7
+            if wire == 0:
+                i = varint(buf, i)[1]
+                yield key >> 3, None
+            elif wire == 2:
+                n, i = varint(buf, i)
+                yield key >> 3, buf[i : i + n]
+                i += n
+            else:
+                i += 8 if wire == 1 else 4
+                yield key >> 3, None
+
+    for number, value in fields(Path(path).read_bytes()):
+        if number == 3 and value is not None:
+            return next((v for n, v in fields(value) if n == 2 and v is not None), b"")
+    return b""
 
 
 def _is_start_piece_sp(piece: str) -> bool:
@@ -478,6 +573,17 @@ class WordPieceTokenizer(Tokenizer):
         # Chinese is written without spaces (ids are unaffected: decode is for reading only).
         return _CJK_SPACE.sub("", " ".join(toks).replace(" ##", ""))
 
+    def tokenizer_json(self) -> str:
+        """The very pipeline this tokenizer runs on, with BERT's template and decoder."""
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders
+
+        tk = HFTokenizer.from_str(self.tk.to_str())
+        tk.post_processor = self._template()
+        tk.decoder = decoders.WordPiece(prefix="##")
+        tk.add_special_tokens(list(WORDPIECE_SPECIALS))
+        return tk.to_str(pretty=True)
+
     def _hf_config(self) -> dict:
         return {
             "tokenizer_class": "BertTokenizer",
@@ -486,6 +592,89 @@ class WordPieceTokenizer(Tokenizer):
             "tokenize_chinese_chars": True,
             **dict(zip(_TOKEN_KEYS, WORDPIECE_SPECIALS, strict=True)),
         }
+
+
+# --- tokenizer.json alone ----------------------------------------------------------------------------
+
+_SPECIAL_DEFAULTS = {"Unigram": ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"), "WordPiece": WORDPIECE_SPECIALS}
+
+
+class TokenizerJson(Tokenizer):
+    """A folder with only HF's ``tokenizer.json`` (transformers 5 writes no spiece.model): its ``tokenizers``
+    pipeline run as it is, the ids HF gives. The special tokens are the config's
+    (``cls_token``...), else ALBERT's or BERT's by the model type (Unigram / WordPiece)."""
+
+    file_name = JSON_FILE
+    compat = "transformers"
+
+    def __init__(self, path: str | Path, config: dict | None = None):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        path = existing_file(path, "a tokenizer.json")
+        config = config or {}
+        try:
+            self.tk = HFTokenizer.from_file(str(path))
+            model = json.loads(path.read_text(encoding="utf-8")).get("model", {}).get("type")
+        except Exception as e:  # tokenizers raises its own Exception for a malformed pipeline
+            raise DataError(f"{path} is not a tokenizers pipeline ({str(e)[:200]}); save the tokenizer again") from None
+        if model not in _SPECIAL_DEFAULTS:
+            raise DataError(f"{path}: a {model} tokenizer; ALBERT uses a Unigram (SentencePiece) or WordPiece one")
+        self.file, self.kind = path, "sentencepiece" if model == "Unigram" else "wordpiece"
+        self.lowercase = bool(config.get("do_lower_case", True))
+        self.model_max_length = _max_length(config)
+        self.vocab_size = self.tk.get_vocab_size(with_added_tokens=True)
+        ids = []
+        for key, default in zip(_TOKEN_KEYS, _SPECIAL_DEFAULTS[model], strict=True):
+            token = config.get(key) or default
+            token = token.get("content", default) if isinstance(token, dict) else str(token)
+            if self.tk.token_to_id(token) is None:
+                raise DataError(f"{path}: the {key} {token!r} is not in the vocabulary; fix {CONFIG_FILE}")
+            ids.append(self.tk.token_to_id(token))
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
+        self._config = config
+
+    def with_compat(self, compat: str) -> TokenizerJson:
+        """The pipeline is run as it is: ``compat`` only records the behaviour it was written for (an albertlm
+        folder's tokenizer.json encodes its own, as far as a pipeline can; see ``Tokenizer.save``)."""
+        self.compat = check_compat(compat)
+        return self
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        rows = [e.ids for e in self.tk.encode_batch(list(texts), add_special_tokens=False)]
+        return [self._with_specials(r) for r in rows] if add_special_tokens else rows
+
+    def convert_ids_to_tokens(self, ids: Iterable[int] | int) -> list[str]:
+        ids = [ids] if isinstance(ids, int) else list(ids)
+        return [self.tk.id_to_token(int(i)) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str] | str) -> list[int]:
+        tokens = [tokens] if isinstance(tokens, str) else tokens
+        return [self.tk.token_to_id(t) if self.tk.token_to_id(t) is not None else self.unk_id for t in tokens]
+
+    def word_start_mask(self) -> np.ndarray:
+        pieces = self.convert_ids_to_tokens(range(self.vocab_size))
+        starts = _is_start_piece_sp if self.kind == "sentencepiece" else (lambda p: not p.startswith("##"))
+        mask = np.array([starts(p) for p in pieces], dtype=bool)
+        mask[list(self.special_ids)] = True
+        return mask
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def tokenizer_json(self) -> str:
+        return self.tk.to_str(pretty=True)
+
+    def _hf_config(self) -> dict:
+        keep = {k: v for k, v in self._config.items() if k not in ("model_max_length", COMPAT_KEY)}
+        return {"tokenizer_class": "PreTrainedTokenizerFast", **keep,
+                **dict(zip(_TOKEN_KEYS, self.convert_ids_to_tokens([self.pad_id, self.unk_id, self.cls_id,
+                                                                     self.sep_id, self.mask_id]), strict=True))}
+
+
+def _max_length(config: dict) -> int:
+    """tokenizer_config.json's model_max_length (transformers writes a huge number for "none": kept at 512)."""
+    value = config.get("model_max_length")
+    return int(value) if isinstance(value, int) and 0 < value <= 1 << 20 else 512
 
 
 # --- loading ---------------------------------------------------------------------------------------
@@ -524,18 +713,22 @@ def load_tokenizer(path: str | Path, compat: str | None = None) -> Tokenizer:
     else:
         check_compat(compat, "compat")
     if path.is_dir():
-        if (path / SPM_FILE).is_file():
-            path = path / SPM_FILE
-        elif (path / VOCAB_FILE).is_file():
-            path = path / VOCAB_FILE
-        else:
+        found = next((path / f for f in (SPM_FILE, VOCAB_FILE, JSON_FILE) if (path / f).is_file()), None)
+        if found is None:
             raise FileNotFoundError(
-                f"{path} holds neither {SPM_FILE} nor {VOCAB_FILE}; point at a tokenizer directory"
+                f"{path} holds neither {SPM_FILE}, {VOCAB_FILE} nor {JSON_FILE}; point at a tokenizer directory"
             )
+        path = found
     if path.suffix == ".model":
-        return SentencePieceTokenizer(
+        tok: Tokenizer = SentencePieceTokenizer(
             path, lowercase=lower, keep_accents=bool(config.get("keep_accents", False)), compat=compat
         )
-    if path.suffix == ".txt":
-        return WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"), compat=compat)
-    raise DataError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model) or {VOCAB_FILE} (*.txt)")
+    elif path.suffix == ".txt":
+        tok = WordPieceTokenizer(path, lowercase=lower, strip_accents=config.get("strip_accents"), compat=compat)
+    elif path.suffix == ".json":
+        tok = TokenizerJson(path, config).with_compat(compat)
+    else:
+        raise DataError(f"{path}: unknown tokenizer file; expected {SPM_FILE} (*.model), {VOCAB_FILE} (*.txt) or "
+                        f"{JSON_FILE}")  # fmt: skip
+    tok.model_max_length = _max_length(config)
+    return tok

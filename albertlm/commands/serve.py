@@ -5,6 +5,7 @@ albertlm serve --model runs/sst2 --engine torch --max-items 16 --max-seq-length 
 albertlm serve --model runs/sst2-onnx --engine openvino --threads 2   # its int8 file if exported, else bf16 / fp32
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 10 --max-batch 64   # batch harder
 albertlm serve --model runs/sst2-onnx --engine onnx --batch-window-ms 0 --max-batch 1     # no batching
+albertlm serve --model runs/sst2 --model-name sst2   # also POST /predict (HF / TEI), /v2/models/sst2/infer
 albertlm serve --model runs/sst2 --host 0.0.0.0 --allowed-hosts api.example.com --cors-origin https://app.example.com
 """
 
@@ -14,6 +15,7 @@ import argparse
 import errno
 import os
 import socket
+from pathlib import Path
 
 from albertlm.errors import UserError
 
@@ -40,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                    help="a web origin (https://app.example) whose pages may call the server and read its answers "
                         "(CORS); repeat for more (default: none, no page may)")  # fmt: skip
+    p.add_argument("--model-name", default=None, metavar="NAME",
+                   help="the model's name in the Open Inference Protocol routes, /v2/models/NAME/infer, and in /info "
+                        "(default: the --model folder's name)")  # fmt: skip
     add_flags(p, BatchSettings)
     add_engine_flags(p)
     add_inference_flags(p)
@@ -60,12 +65,14 @@ def run(args: argparse.Namespace) -> int:
     sock = listen(args.host, args.port)  # a port in use fails here, before the model loads
     try:
         predictor = load_predictor(args)
+        name = args.model_name or Path(args.model).resolve().name
         app = create_app(predictor, args.max_items, args.max_request_bytes, batching, allowed_hosts=hosts,
-                         cors_origins=origins)  # fmt: skip
+                         cors_origins=origins, model_name=name)  # fmt: skip
         port = sock.getsockname()[1]
         print(f"serving a {predictor.kind.name} {predictor.engine.architecture} ({predictor.engine.name}) on "
-              f"http://{args.host}:{port} (POST /v1/predict; schemas at /openapi.json; batches of up to "
-              f"{batching.max_batch} inputs within {batching.batch_window_ms:g} ms); Ctrl-C stops", flush=True)
+              f"http://{args.host}:{port} (POST /v1/predict, /predict, /v2/models/{name}/infer; schemas at "
+              f"/openapi.json; batches of up to {batching.max_batch} inputs within {batching.batch_window_ms:g} ms); "
+              "Ctrl-C stops", flush=True)
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     except KeyboardInterrupt:  # Ctrl-C is how a server stops: uvicorn has shut down cleanly and re-raised it
         pass

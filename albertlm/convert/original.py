@@ -21,7 +21,6 @@ written under a temporary name beside ``out`` and renamed only when complete.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -318,12 +317,8 @@ def _write(model: torch.nn.Module, tok: Any, out: Path) -> None:
     tmp = staging_dir(out.parent, f".{out.name}.convert-{os.getpid()}")  # a leftover of this process id: ours
     try:
         model.save_pretrained(tmp)
-        if tok is not None:
-            tok.save(tmp)
-            path = tmp / "tokenizer_config.json"
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-            cfg[COMPAT_KEY] = COMPAT_ORIGINAL  # ids follow the original release's tokenization
-            path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        if tok is not None:  # ids follow the original release's tokenization, in albertlm and in HF alike
+            tok.with_compat(COMPAT_ORIGINAL).save(tmp)
         publish(tmp, out)  # replaces only an empty directory
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,6 +12,8 @@ and datasets, one record batch at a time, so memory stays bounded by a batch, no
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +44,109 @@ def table_format(path: Path) -> str | None:
     if path.is_dir():
         return "datasets" if (path / "state.json").is_file() and (path / "dataset_info.json").is_file() else None
     return TABLE_SUFFIXES.get(path.suffix.lower())
+
+
+SPLIT_NAMES = {"train": ("train",), "dev": ("validation", "dev", "valid"), "test": ("test",)}
+_SHARD = re.compile(r"^(?P<split>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.parquet$")
+
+
+def find_split(folder: Path, split: str) -> Path | None:
+    """Where a folder laid out by ``datasets`` or the Hub keeps ``split`` (train, dev, test), or None:
+    a ``DatasetDict.save_to_disk`` folder's split folder (dev: validation, dev or valid); a ``Dataset`` folder
+    is the training data itself; a Hub-layout folder's Parquet files named by split (``data/train-00000-of-00002.
+    parquet``, ``train.parquet``, ``train/*.parquet``, in ``data/`` or at the top), the first shard standing for
+    its series (``parquet_series``)."""
+    names = SPLIT_NAMES[split]
+    if (folder / "dataset_dict.json").is_file():
+        return next((folder / n for n in names if table_format(folder / n) == "datasets"), None)
+    if table_format(folder) == "datasets":
+        return folder if split == "train" else None
+    for base in (folder / "data", folder):
+        for n in names:
+            if base.is_dir():
+                found = sorted(base.glob(f"{n}-*.parquet")) or sorted(base.glob(f"{n}.parquet")) or sorted(
+                    (base / n).glob("*.parquet"))  # fmt: skip
+                if found:
+                    return found[0]
+    return None
+
+
+def parquet_series(path: Path) -> list[Path]:
+    """The files a Parquet path stands for: a shard named like ``train-00000-of-00003.parquet`` its whole series
+    (all present, or one line naming the missing one), any other file itself."""
+    m = _SHARD.match(path.name)
+    if not m:
+        return [path]
+    n = int(m["n"])
+    files = [path.with_name(f"{m['split']}-{i:05d}-of-{n:05d}.parquet") for i in range(n)]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise DataError(f"{path.parent}: the {m['split']} split has {n} shards but {missing[0]} is not there; "
+                        "download the whole split")  # fmt: skip
+    return files
+
+
+def class_names(path: Path) -> dict[str, list[str]]:
+    """The label names ``datasets`` keeps beside the data, by column: ``ClassLabel`` columns and lists of them (a
+    tagging set's ``ner_tags``), from a saved folder's dataset_info.json or a Parquet file's schema metadata."""
+    try:
+        if path.is_dir():
+            info = path / "dataset_info.json"
+            features = json.loads(info.read_text(encoding="utf-8")).get("features") if info.is_file() else None
+        else:
+            import pyarrow.parquet as pq
+
+            raw = (pq.read_schema(path).metadata or {}).get(b"huggingface")
+            features = (json.loads(raw).get("info") or {}).get("features") if raw else None
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for column, f in (features or {}).items():
+        inner = f.get("feature") if isinstance(f, dict) and "feature" in f else f
+        if isinstance(inner, dict) and inner.get("_type") == "ClassLabel" and inner.get("names"):
+            out[column] = [str(n) for n in inner["names"]]
+    return out
+
+
+def table_records(path: Path, fmt: str) -> tuple[list[dict], dict[str, list[str]]]:
+    """Every row of a Parquet file (its whole shard series) or a saved ``datasets`` folder as a dict, ClassLabel
+    ids replaced by their names (-1, datasets' "no label", by None), and the names by column."""
+    try:
+        if fmt == "datasets":
+            import datasets
+
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                raise DataError(f"{path} holds the splits {', '.join(ds)}: pass the folder as --data (train and "
+                                f"validation are found by name) or one split's folder")  # fmt: skip
+            rows, names = ds.to_list(), class_names(path)
+        else:
+            import pyarrow.parquet as pq
+
+            rows, names = [], class_names(path)
+            for file in parquet_series(path):
+                source = pq.ParquetFile(file)
+                rows += [r for g in range(source.num_row_groups) for r in source.read_row_group(g).to_pylist()]
+    except ImportError as e:
+        raise DataError(f"{path}: reading {fmt} needs {e.name}; pip install 'albertlm[corpora]'") from None
+    except OSError as e:
+        raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
+    except Exception as e:
+        if type(e).__module__.startswith(("pyarrow", "datasets")):
+            raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
+        raise
+
+    def name(column: str, v: Any) -> Any:
+        classes = names[column]
+        if isinstance(v, list):
+            return [name(column, x) for x in v]
+        if isinstance(v, int) and not isinstance(v, bool):
+            return classes[v] if 0 <= v < len(classes) else None
+        return v
+
+    if names:
+        rows = [{k: name(k, v) if k in names else v for k, v in r.items()} for r in rows]
+    return rows, names
 
 
 def table_bytes(path: Path) -> int:

@@ -487,8 +487,8 @@ class Predictor:
             tok = load_tokenizer(tokenizer or directory)
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"{tokenizer or directory} holds no tokenizer (spiece.model / vocab.txt); pass --tokenizer DIR, or "
-                "export with `albertlm export --tokenizer DIR`"
+                f"{tokenizer or directory} holds no tokenizer (spiece.model / vocab.txt / tokenizer.json); pass "
+                "--tokenizer DIR, or export with `albertlm export --tokenizer DIR`"
             ) from None
         saved = {f.name: info[f.name] for f in fields(InferenceSettings) if info.get(f.name) is not None}
         return cls(runner, tok, kind, task_obj, InferenceSettings(**{**saved, **(overrides or {})}), info)

@@ -12,7 +12,10 @@ Endpoints: ``POST /v1/predict`` takes one input object exactly as a ``predict`` 
 ``/v1/classify {"texts": [text or [text, text_b], ...]}``, ``/v1/tag {"texts"}``, ``/v1/answer {"question",
 "context", "id"?}`` (one row). ``GET /health`` always (503 once the model computed NaN); ``GET /stats``
 counts the batches run. Long QA contexts are windowed as in evaluation: the limit is on the request's size,
-not on context length. ``/openapi.json`` has this model's schemas (only its head's input shapes, lists of 1 to
+not on context length. The same Service answers the HF Inference API / TEI shape (``POST /predict``, ``/``,
+``/invocations``, ``GET /info``, ``/metrics``: ``routes_hf``) and the Open Inference Protocol v2
+(``/v2/models/{name}/infer``: ``routes_v2``).
+``/openapi.json`` has this model's schemas (only its head's input shapes, lists of 1 to
 ``max_items``), and the server holds every body to them: what the schema allows is answered, what it refuses
 is refused (``predict`` on the command line also reads field aliases such as ``sentence``).
 
@@ -57,7 +60,7 @@ from albertlm.errors import DataError, NonFiniteOutput, RequestError, UserError,
 if TYPE_CHECKING:
     from albertlm.deploy.inference import Predictor
 
-__all__ = ["BatchSettings", "Batcher", "RequestError", "Service", "create_app"]
+__all__ = ["BatchSettings", "Batcher", "RequestError", "Service", "create_app", "read_body"]
 
 _log = logging.getLogger(__name__)
 MAX_DEPTH = 32  # nesting a request body may have
@@ -345,6 +348,15 @@ class Service:
         except NonFiniteOutput as e:
             raise self.broken(e) from None
 
+    async def rows(self, items: list[Any]) -> list[dict[str, Any]]:
+        """The /v1 rows of input objects another route (HF / TEI, Open Inference Protocol v2) has read from its own
+        body shape: the same validation, batch queue and NaN guard as /v1."""
+        examples = await asyncio.to_thread(self._examples, items)
+        try:
+            return await self.batcher.submit(examples)
+        except NonFiniteOutput as e:
+            raise self.broken(e) from None
+
     async def handle(self, endpoint: str, raw: bytes) -> dict[str, Any]:
         """Answer one request in the batch it shares with the requests that arrive with it."""
         examples = await asyncio.to_thread(self.examples, endpoint, raw)  # a big body parses off the event loop
@@ -446,6 +458,27 @@ def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
+async def read_body(request: Any, limit: int, json_only: bool = True) -> bytes:
+    """A request's body under the server's rules: ``application/json`` (415 otherwise: a web page can post
+    ``text/plain`` cross-origin with no preflight), refused with 413 as soon as it passes ``limit`` (declared,
+    streamed, or once gzip-decoded). ``json_only=False`` lets the caller judge the media type itself (the v2
+    binary tensor extension)."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if json_only and media != "application/json":
+        raise RequestError(415, "unsupported_media_type", f"Content-Type must be application/json, not "
+                           f"{media or 'absent'}")  # fmt: skip
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body_too_large", f"body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body_too_large", f"body is over {limit} bytes, the limit")
+        chunks.append(chunk)
+    return _decoded(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+
+
 def _guard(app: Any, allowed_hosts: list[str] | None, cors_origins: list[str] | None) -> None:
     """The Host check (outermost: before CORS answers anything) and, when asked, the CORS grant."""
     if cors_origins:
@@ -459,14 +492,16 @@ def _guard(app: Any, allowed_hosts: list[str] | None, cors_origins: list[str] | 
 
 def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int = 1 << 20,
                batching: BatchSettings | None = None, allowed_hosts: list[str] | None = None,
-               cors_origins: list[str] | None = None) -> Any:  # fmt: skip
-    """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health, /stats; concurrent
-    requests share forward passes as ``batching`` says.
+               cors_origins: list[str] | None = None, model_name: str = "albertlm") -> Any:  # fmt: skip
+    """The FastAPI app for ``predictor``: /v1/predict, its head's shortcut, /health, /stats, the HF Inference /
+    TEI routes (``routes_hf``) and the Open Inference Protocol v2 (``routes_v2``, the model named
+    ``model_name``); concurrent requests on every route share forward passes as ``batching`` says.
 
     Bodies are ``application/json`` only (415 otherwise: a web page can send ``text/plain`` cross-origin with
     no preflight), as is or gzip-compressed. ``allowed_hosts``: the Host names answered (``albertlm serve``
     passes ``default_allowed_hosts`` of its --host; None answers any, for an app mounted behind another
     check). ``cors_origins``: the web origins granted CORS; none by default, so no page can read an answer."""
+    from albertlm.deploy import routes_hf, routes_v2
     from albertlm.deploy.inference import require
 
     fastapi = require("fastapi")
@@ -495,7 +530,7 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
         message = str(e.detail)
         if e.status_code == 404:
-            served = ", ".join([*routes, "/health", "/stats"])
+            served = ", ".join([*routes, "/health", "/stats", *routes_hf.PATHS, f"/v2/models/{model_name}/infer"])
             message = f"no such endpoint; this {predictor.kind.name} model serves {served}"
         headers = dict(e.headers or {})  # a 405 names the methods allowed (Allow), as HTTP requires
         if e.status_code == 405 and "Allow" in headers:
@@ -515,28 +550,9 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     async def stats() -> dict[str, Any]:
         return service.stats()
 
-    async def read_limited(request: Any) -> bytes:
-        """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_request_bytes:
-            raise RequestError(413, "body_too_large", f"body is {declared} bytes; the limit is {max_request_bytes}")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_request_bytes:
-                raise RequestError(413, "body_too_large", f"body is over {max_request_bytes} bytes, the limit")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     def endpoint(method: str):  # noqa: ANN202
         async def run(request: Any) -> JSONResponse:
-            media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if media != "application/json":
-                raise RequestError(415, "unsupported_media_type", f"Content-Type must be application/json, not "
-                                   f"{media or 'absent'}")  # fmt: skip
-            raw = _decoded(await read_limited(request), request.headers.get("content-encoding", ""),
-                           max_request_bytes)  # fmt: skip
-            return JSONResponse(await service.handle(method, raw))
+            return JSONResponse(await service.handle(method, await read_body(request, max_request_bytes)))
 
         run.__annotations__ = {"request": Request, "return": JSONResponse}  # resolved here, for FastAPI
         return run
@@ -554,4 +570,6 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
                               "4XX": {"description": "a rejected request", "content": response}},
             },
         )  # fmt: skip
+    routes_hf.mount(app, service, model_name)
+    routes_v2.mount(app, service, model_name)
     return app

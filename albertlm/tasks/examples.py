@@ -22,6 +22,7 @@ class TextExample:
     text_b: str | None = None
     label: str | None = None  # label name as written in the file (a number string for regression)
     source: str = ""
+    label_names: tuple[str, ...] | None = None  # the file's own classes in id order (a datasets ClassLabel), if any
 
 
 @dataclass

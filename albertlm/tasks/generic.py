@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from albertlm.data.tables import table_records
 from albertlm.errors import DataError
 from albertlm.tasks import squad
 from albertlm.tasks.examples import (
@@ -52,7 +53,7 @@ from albertlm.tasks.tagging import read_conll
 _log = logging.getLogger(__name__)
 
 GENERIC = ("classification", "regression", "tagging", "qa", "choice")
-FORMATS = ("csv", "tsv", "jsonl", "json", "conll", "parquet")
+FORMATS = ("csv", "tsv", "jsonl", "json", "conll", "parquet", "datasets")
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
             ".parquet": "parquet", ".conll": "conll", ".bio": "conll", ".iob": "conll"}  # fmt: skip
 # a dataset folder instead of a file: the first of these names per split
@@ -109,6 +110,8 @@ def detect_format(path: Path, data: UserData, lines: str = "csv", one_object: bo
     object is JSON (SQuAD), not one line of JSON lines."""
     if data.data_format:
         return data.data_format
+    if path.is_dir() and (path / "state.json").is_file():  # a Dataset.save_to_disk folder
+        return "datasets"
     if path.suffix.lower() in SUFFIXES:
         return SUFFIXES[path.suffix.lower()]
     head = _read_text(path)[:65536]
@@ -142,6 +145,7 @@ class Table:
     header: list[str] | None
     rows: list[tuple[int, Any]]
     width: int | None = None  # CSV/TSV: the number of fields every row must have (the header's, or the first row's)
+    class_names: dict[str, list[str]] = field(default_factory=dict)  # Parquet / datasets: ClassLabel names by column
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line is not None else str(self.path)
@@ -202,25 +206,11 @@ def read_table(path: Path, data: UserData, policy: RowPolicy, task: str, names: 
         return Table(path, fmt, None, _nonempty(path, json_objects(path, _read_text(path).split("\n"), policy)))
     if fmt == "json":
         return Table(path, fmt, None, _nonempty(path, _json_array(path, policy)))
-    if fmt == "parquet":
-        return Table(path, fmt, None, _nonempty(path, _parquet_rows(path)))
-    raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl, json or parquet")
-
-
-def _parquet_rows(path: Path) -> list[tuple[int, dict]]:
-    """Every row of a Parquet file as a dict (numbered from 1, as lines are), read one row group at a time."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(f"{path}: reading Parquet needs pyarrow; pip install 'albertlm[corpora]'") from None
-    try:
-        source = pq.ParquetFile(path)
-        rows = [row for group in range(source.num_row_groups) for row in source.read_row_group(group).to_pylist()]
-    except Exception as e:
-        if type(e).__module__.startswith("pyarrow"):
-            raise DataError(f"{path}: not a readable Parquet file ({e})") from None
-        raise
-    return list(enumerate(rows, start=1))
+    if fmt in ("parquet", "datasets"):  # rows numbered from 1, as lines are (a shard series: on through its files)
+        rows, names = table_records(path, fmt)
+        return Table(path, fmt, None, _nonempty(path, list(enumerate(rows, start=1))), class_names=names)
+    raise DataError(f"{path}: {fmt} is not a table format; task {task} reads csv, tsv, jsonl, json, parquet or a "
+                    "datasets folder")  # fmt: skip
 
 
 def _nonempty(path: Path, rows: list) -> list:
@@ -402,12 +392,13 @@ def read_text(path: Path, data: UserData, policy: RowPolicy, regression: bool = 
             if not y:
                 raise _Bad(f"empty label in column {table.name(label)!r}")
             src = f"{path}:{n}"
-            typed = table.fmt in ("json", "jsonl", "parquet")  # values with their own types, not text
+            typed = table.fmt in ("json", "jsonl", "parquet", "datasets")  # values with their own types, not text
             raw_types[src] = _type(v) if typed else "a number" if is_number(y) else "a string"
             if regression and not is_number(y):
                 raise _Bad(f"label {y!r} is not a number (regression needs numbers)")
-        return TextExample(a, b, y, f"{path}:{n}")
+        return TextExample(a, b, y, f"{path}:{n}", classes)
 
+    classes = tuple(table.class_names[label]) if label in table.class_names and not regression else None
     out = _each(table, policy, build)
     if label is not None and not regression:
         out = _mixed_types(table, policy, table.name(label), out, lambda x: raw_types[x.source])
@@ -549,7 +540,7 @@ def reader(name: str, data: UserData) -> Callable[[Path, RowPolicy], list]:
     read = READERS[name]
 
     def read_user_file(path: Path, policy: RowPolicy) -> list:
-        if path.is_dir():
+        if path.is_dir() and detect_format(path, data) != "datasets":
             raise DataError(f"{path} is a folder; give the file (or a folder with train.csv/.tsv/.jsonl/.json)")
         return read(path, data, policy)
 

@@ -53,6 +53,9 @@ class InferenceSettings:
     max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept", "min": 1})
     max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer, in tokens", "min": 1})
     n_best: int = field(default=20, metadata={"help": "QA: start and end candidates searched per window", "min": 1})
+    align_to_words: bool = field(default=True, metadata={"help": "QA: widen an answer to the whole words its first "
+                                 "and last pieces belong to, as the official evaluation reads answers (--no-align-"
+                                 "to-words: the span's pieces only, as the original's predictions)"})
     # Early exit (albertlm.deploy.early_exit), for models fine-tuned with --exits; rules combine with "or".
     exit_patience: int = field(default=0, metadata={"min": 0, "help": "early exit: a row stops once its predicted "
                                "class has stayed the same for N more layers (PABEE; 0: off)"})
@@ -207,6 +210,9 @@ class Classification(TaskKind):
     def label_set(self, task, train_examples):
         if task.labels is not None:
             return list(task.labels)
+        own = train_examples[0].label_names if train_examples else None
+        if own:  # a datasets ClassLabel: its names in its id order, so ids mean what they meant in the data
+            return list(own)
         counts = self.label_counts(task, train_examples)
         if not counts:
             raise DataError(f"task {task.name}: the training file has no labels")
@@ -401,7 +407,7 @@ class SpanQA(TaskKind):
 
     def decode(self, examples, enc, out, s, config, info=None):
         spans = squad.best_spans_v1(examples, enc.windows, out["start_logits"], out["end_logits"], s.n_best,
-                                    s.max_answer_length)  # fmt: skip
+                                    s.max_answer_length, s.align_to_words)  # fmt: skip
         return [span._asdict() for span in spans]
 
     def score(self, task, examples, answers, config):
@@ -436,7 +442,8 @@ class SpanQAv2(SpanQA):
 
     def decode(self, examples, enc, out, s, config, info=None):
         arr = {k: np.stack(out[k]) for k in self.OUTPUTS}
-        spans, null = squad.best_spans_v2(examples, enc.windows, **arr, max_answer_length=s.max_answer_length)
+        spans, null = squad.best_spans_v2(examples, enc.windows, **arr, max_answer_length=s.max_answer_length,
+                                          align_to_words=s.align_to_words)
         threshold = float((info or {}).get(NULL_THRESHOLD_KEY, 0.0))
         answers = []
         for span, null_score in zip(spans, null, strict=True):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from albertlm.data.tables import find_split
 from albertlm.tasks import choice, generic, metrics, squad, tagging
 from albertlm.tasks.examples import DataError, RowPolicy, read_lines
 from albertlm.tasks.generic import GENERIC, UserData
@@ -59,8 +60,17 @@ class Task:
         for rel in self.files.get(split, ()):
             if (data / rel).exists():
                 return data / rel
+        if self.generic and (found := find_split(data, split)) is not None:  # datasets / Hub-layout folders
+            return found
         want = ", ".join(self.files.get(split, ())) or "(none defined)"
         raise DataError(f"{data}: no {split} file for task {self.name} (looked for {want}); pass --{split}-file")
+
+    def has(self, data: Path, split: str) -> bool:
+        """``data`` (a folder) holds ``split``."""
+        try:
+            return data.is_dir() and self.path(data, split).exists()
+        except DataError:
+            return False
 
     def read(self, data: Path, split: str, policy: RowPolicy, file: Path | None = None) -> tuple[list, Path]:
         path = file if file is not None else self.path(data, split)

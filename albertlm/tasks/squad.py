@@ -68,10 +68,10 @@ def _cmrc_paragraph(p: dict) -> dict:
 def token_spans(tokenizer: Tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Ids of ``text`` (no specials) and each token's ``[start, end)`` character span in ``text``.
 
-    WordPiece: the ``tokenizers`` offsets (exact). SentencePiece: ``preprocess_text`` and the model both
-    treat whitespace as a hard boundary, so each whitespace-separated word is encoded alone (same ids as
+    WordPiece and tokenizer.json: the ``tokenizers`` offsets (exact). SentencePiece: ``preprocess_text`` and the
+    model both treat whitespace as a hard boundary, so each whitespace-separated word is encoded alone (same ids as
     encoding the whole text) and its pieces are aligned to the word's characters."""
-    if tokenizer.kind == "wordpiece":
+    if hasattr(tokenizer, "tk"):  # a `tokenizers` pipeline (WordPiece, a tokenizer.json): its own offsets
         enc = tokenizer.tk.encode(text, add_special_tokens=False)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
     words, starts = [], []
@@ -218,7 +218,7 @@ def _is_max_context(windows: list[tuple[int, int]], cur: int, pos: int) -> bool:
 # --- logits -> answers ------------------------------------------------------------------------------
 class Answer(NamedTuple):
     """A decoded span: its text and ``[start, end)`` character offsets in the context (None when no span
-    qualifies, and then ``text`` is ""), with the span's score (start + end logit, or log-probability)."""
+    qualifies, and then ``text`` is ""), with the span's probability (0 when none)."""
 
     text: str
     start: int | None
@@ -229,9 +229,32 @@ class Answer(NamedTuple):
 NO_SPAN = Answer("", None, None, 0.0)
 
 
-def _answer(ex: QAExample, f: QAFeature, s: int, e: int, score: float) -> Answer:
+def _is_word_char(ch: str) -> bool:
+    """Part of a word as BERT's BasicTokenizer cuts words: letters, digits and combining marks; a CJK ideograph is
+    a word by itself, and whitespace and punctuation end words."""
+    cp = ord(ch)
+    cjk = (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF or 0x20000 <= cp <= 0x2FA1F)
+    return not cjk and (ch.isalnum() or unicodedata.category(ch).startswith("M"))
+
+
+def word_bounds(text: str, a: int, b: int) -> tuple[int, int]:
+    """``[a, b)`` widened to the whole words it cuts into: a span whose first or last piece is part of a word
+    ("15" of "2015", "ing" of "running") takes the rest of that word. Punctuation and CJK characters are words of
+    their own, so "2015." stays "2015" and Chinese spans keep their characters."""
+    if a < b:
+        while a > 0 and _is_word_char(text[a]) and _is_word_char(text[a - 1]):
+            a -= 1
+        while b < len(text) and _is_word_char(text[b - 1]) and _is_word_char(text[b]):
+            b += 1
+    return a, b
+
+
+def _answer(ex: QAExample, f: QAFeature, s: int, e: int, score: float, align_to_words: bool) -> Answer:
     a, b = f.token_spans[s][0], f.token_spans[e][1]
+    if align_to_words:
+        a, b = word_bounds(ex.context, a, b)
     return Answer(ex.context[a:b], a, b, score)
+
 
 def _valid(f: QAFeature, s: int, e: int, max_answer_length: int) -> bool:
     n = len(f.input_ids)
@@ -241,6 +264,12 @@ def _valid(f: QAFeature, s: int, e: int, max_answer_length: int) -> bool:
     )  # fmt: skip
 
 
+def _log_softmax(x: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    x = np.where(allowed, x.astype(np.float64), -np.inf)
+    top = x.max()
+    return x - top - np.log(np.exp(x - top).sum())
+
+
 def best_spans_v1(
     examples: list[QAExample],
     features: list[QAFeature],
@@ -248,12 +277,15 @@ def best_spans_v1(
     end_logits: list[np.ndarray],
     n_best: int = 20,
     max_answer_length: int = 30,
+    align_to_words: bool = True,
 ) -> list[Answer]:
-    """SQuAD 1.1 head: the highest start+end logit span over all windows of each question, in example order
-    (not keyed by id: two questions may share one, e.g. requests batched together by the server)."""
-    best: dict[int, Answer] = {}
+    """SQuAD 1.1 head: the highest start+end logit span over all windows of each question (the original's
+    choice), in example order (not keyed by id: two questions may share one, e.g. requests batched together by
+    the server). Its score is a probability, as in HF's pipeline: softmax of the start and of the end logits over
+    the window's [CLS] and context tokens, multiplied. ``align_to_words`` widens the span to whole words
+    (``word_bounds``); without it the span ends where its pieces end, as the original's predictions do."""
+    best: dict[int, tuple[float, QAFeature, int, int, np.ndarray, np.ndarray]] = {}
     for f, sl, el in zip(features, start_logits, end_logits, strict=True):
-        ex = examples[f.example_index]
         n = len(f.input_ids)
         sl, el = sl[:n], el[:n]
         for s in np.argsort(sl)[::-1][:n_best]:
@@ -261,9 +293,18 @@ def best_spans_v1(
                 if not _valid(f, int(s), int(e), max_answer_length):
                     continue
                 score = float(sl[s] + el[e])
-                if f.example_index not in best or score > best[f.example_index].score:
-                    best[f.example_index] = _answer(ex, f, int(s), int(e), score)
-    return [best.get(i, NO_SPAN) for i in range(len(examples))]
+                if f.example_index not in best or score > best[f.example_index][0]:
+                    best[f.example_index] = (score, f, int(s), int(e), sl, el)
+    out = []
+    for i, ex in enumerate(examples):
+        if i not in best:
+            out.append(NO_SPAN)
+            continue
+        _, f, s, e, sl, el = best[i]
+        allowed = np.array([t == 0 or span is not None for t, span in enumerate(f.token_spans)])
+        prob = float(np.exp(_log_softmax(sl, allowed)[s] + _log_softmax(el, allowed)[e]))
+        out.append(_answer(ex, f, s, e, prob, align_to_words))
+    return out
 
 
 def best_spans_v2(
@@ -275,13 +316,14 @@ def best_spans_v2(
     end_top_index: np.ndarray,
     cls_logits: np.ndarray,
     max_answer_length: int = 30,
+    align_to_words: bool = True,
 ) -> tuple[list[Answer], list[float]]:
-    """SQuAD 2.0 head: best beam span per question, and its null score (the smallest answerability logit
-    over the question's windows, as the original's ``score_null``), both in example order."""
-    best: dict[int, Answer] = {}
+    """SQuAD 2.0 head: best beam span per question (its probability: the exp of the head's start and end
+    log-probabilities), and its null score (the smallest answerability logit over the question's windows, as the
+    original's ``score_null``), both in example order; ``align_to_words`` as in ``best_spans_v1``."""
+    best: dict[int, tuple[float, QAFeature, int, int]] = {}
     null: dict[int, float] = {}
     for fi, f in enumerate(features):
-        ex = examples[f.example_index]
         null[f.example_index] = min(null.get(f.example_index, float("inf")), float(cls_logits[fi]))
         k = start_top_index.shape[1]
         for i in range(k):
@@ -291,6 +333,9 @@ def best_spans_v2(
                 if not _valid(f, s, e, max_answer_length):
                     continue
                 score = float(start_top_log_probs[fi, i] + end_top_log_probs[fi, i, j])
-                if f.example_index not in best or score > best[f.example_index].score:
-                    best[f.example_index] = _answer(ex, f, s, e, score)
-    return [best.get(i, NO_SPAN) for i in range(len(examples))], [null.get(i, 0.0) for i in range(len(examples))]
+                if f.example_index not in best or score > best[f.example_index][0]:
+                    best[f.example_index] = (score, f, s, e)
+    answers = [NO_SPAN if i not in best else _answer(ex, best[i][1], best[i][2], best[i][3],
+                                                       float(np.exp(best[i][0])), align_to_words)
+               for i, ex in enumerate(examples)]  # fmt: skip
+    return answers, [null.get(i, 0.0) for i in range(len(examples))]

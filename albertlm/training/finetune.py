@@ -165,8 +165,9 @@ def save(model: Any, tokenizer: Tokenizer | None, out: Path, task: Task, s: Sett
         info.update(kind=task.kind, main_metric=task.main_metric, data=asdict(task.columns))
     model.config.extra[TASK_KEY] = info
     model.save_pretrained(out)
-    if tokenizer is not None:
-        tokenizer.save(out)
+    if tokenizer is not None:  # HF's pipelines then truncate where predict does
+        length = s.inference.max_seq_length or task.max_seq_length
+        tokenizer.save(out, model_max_length=min(length, model.config.max_position_embeddings))
 
 
 def auto_defaults(task: Task, train: list, model: Any, tok: Tokenizer, random_init: bool) -> tuple[Task, dict]:

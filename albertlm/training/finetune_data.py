@@ -56,7 +56,7 @@ def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, tra
         train_ex = train_ex[:-holdout]
     elif eval_file is not None:
         eval_ex, eval_path = read_split(task, data, "dev", policy, eval_file)
-    elif task.generic and (data.is_file() or not any((data / f).exists() for f in task.files["dev"])):
+    elif task.generic and not task.has(data, "dev"):
         train_ex, eval_ex, eval_path = _hold_out(task, train_ex, train_path, seed)
     else:
         eval_ex, eval_path = _dev_or_test(task, data, policy, train_path)

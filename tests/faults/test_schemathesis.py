@@ -34,6 +34,9 @@ def test_schemathesis_finds_nothing_on_each_heads_server(models, arch, tmp_path)
         r = subprocess.run([*cmd, "run", f"http://127.0.0.1:{port}/openapi.json", "--checks", "all",
                             "--max-examples", str(EXAMPLES), "--seed", "35", "--workers", "1", "--no-color",
                             "--request-timeout", "30", "--max-failures", "5",
+                            # a v2 infer body's tensor shape must match its data, which JSON Schema cannot say;
+                            # tests/test_serve_clients.py drives that route with tritonclient instead
+                            "--exclude-path-regex", "/infer$",
                             "--report-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
     print(r.stdout[-6000:])

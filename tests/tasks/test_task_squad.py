@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from albertlm.tasks import RowPolicy, get_task, read_split
-from albertlm.tasks.squad import best_spans_v1, make_features, token_spans
+from albertlm.tasks.squad import best_spans_v1, make_features, token_spans, word_bounds
 from albertlm.tokenizer import load_tokenizer
 
 
@@ -97,3 +97,41 @@ def test_decoding_keeps_questions_apart_when_ids_repeat(data, en_tok_dir):
             start[i][f.start_position] = end[i][f.end_position] = 10.0  # only the first question finds the gold
     first, second = best_spans_v1([ex, ex], feats, start, end)
     assert first.text == ex.answers[0] and second.text != ex.answers[0]
+
+
+@pytest.mark.parametrize("text, piece, word", [
+    ("played in 2015.", "15", "2015"),            # a piece inside a number; the full stop stays out
+    ("they were running, fast", "unn", "running"),
+    ("Levi's Stadium", "evi", "Levi"),            # the apostrophe ends a word, as BERT's BasicTokenizer cuts
+    ("(Santa Clara)", "anta Cl", "Santa Clara"),
+    ("比赛在2015年举行", "201", "2015"),           # digits in Chinese text are one word
+    ("比赛在2015年举行", "举", "举"),              # a CJK character is a word by itself
+    ("a, b", ",", ","),
+])  # fmt: skip
+def test_word_bounds_widen_a_span_to_whole_words(text, piece, word):
+    a = text.index(piece)
+    s, e = word_bounds(text, a, a + len(piece))
+    assert text[s:e] == word
+
+
+def test_answers_are_whole_words_with_a_probability(data, en_tok_dir):
+    """The best span's first piece sits inside a word: aligned, the answer is the word (the official evaluation
+    reads whole words); --no-align-to-words gives the piece, as the original's predictions. The score is the
+    product of the start and end softmax over the window's [CLS] and context tokens (HF's pipeline score)."""
+    tok = load_tokenizer(en_tok_dir)
+    ex = read_split(get_task("squad"), data / "squad_v1.1", "dev", RowPolicy())[0][0]
+    feats, _ = make_features([ex], tok, max_seq_length=384, doc_stride=128, max_query_length=64)
+    f = feats[0]
+    # the first document token that continues a word (no "▁"): the span starts and ends there
+    pos = next(t for t, (i, sp) in enumerate(zip(f.input_ids, f.token_spans, strict=True))
+               if sp is not None and sp[0] > 0 and ex.context[sp[0] - 1].isalnum() and f.max_context[t])  # fmt: skip
+    start, end = np.zeros(len(f.input_ids)), np.zeros(len(f.input_ids))
+    start[pos] = end[pos] = 10.0
+    piece = best_spans_v1([ex], feats, [start], [end], align_to_words=False)[0]
+    word = best_spans_v1([ex], feats, [start], [end])[0]
+    assert piece.text == ex.context[f.token_spans[pos][0] : f.token_spans[pos][1]]
+    assert len(word.text) > len(piece.text) and piece.text in word.text and " " not in word.text
+    assert ex.context[word.start : word.end] == word.text
+    allowed = 1 + sum(sp is not None for sp in f.token_spans)  # [CLS] and the context tokens
+    p = np.exp(10.0) / (np.exp(10.0) + allowed - 1)
+    assert word.score == pytest.approx(p * p, rel=1e-9) and piece.score == word.score
