@@ -26,7 +26,7 @@ import torch
 from albertlm.card import update_card
 from albertlm.config import AlbertConfig
 from albertlm.devices import DEVICE_HELP, parse_device
-from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
+from albertlm.errors import SEED_BOUNDS, TrainingError, check_settings
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.training import checkpoint as ckpt
@@ -120,7 +120,7 @@ class PretrainConfig:
         if self.optimizer not in LR_DEFAULTS:
             raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
         parse_report_to(self.report_to)  # a tracker that is not installed: one line before anything runs
-        check_bounds(self)  # every number's own bounds (the flags' bounds: a run_config.json or Python gets them too)
+        check_settings(self)  # every flag field as its flag checks it (a run_config.json or Python gets it too)
         if self.warmup > self.max_steps:
             raise TrainingError(f"--warmup-steps must be from 0 to --max-steps ({self.max_steps}), not {self.warmup}")
         if not self.init_from:
