@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError
+from albertlm.errors import DataError, UserError
 from albertlm.files import write_text_atomic
+
+_log = logging.getLogger(__name__)
 
 REPORT_TO = ("none", "jsonl", "tensorboard", "mlflow", "wandb")
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}  # tracker -> module it needs
@@ -98,7 +101,7 @@ class Tracker:
     def _start_jsonl(self, resumed_step: int | None) -> None:
         keep = []
         if resumed_step is not None and self.path.exists():
-            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resumed_step]
+            keep = [ln for ln, row in _rows(self.path) if row["step"] <= resumed_step]
         self.path.write_text("".join(ln + "\n" for ln in keep))
 
     def _read_ids(self) -> dict[str, str]:
@@ -128,6 +131,29 @@ class Tracker:
         for backend in self.backends:
             backend.finish(values, step, failed)
         self.backends = []
+
+
+def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, row) of each line of a run's metrics.jsonl. A last line a kill cut short (no newline, or not
+    JSON) is dropped with a warning: the rows it held are written again as the resumed run passes their step.
+    A line unreadable anywhere else is damage, not a kill: one line naming it."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+                raise ValueError("no integer step")
+        except ValueError as e:
+            if not any(x.strip() for x in lines[i:]):  # the last line
+                _log.warning("%s: dropped its last line (line %d), cut short when the run was stopped", path, i)
+                continue
+            raise DataError(f"{path}:{i}: not a metric row ({e}); delete or fix that line, then --resume") from None
+        out.append((line, row))
+    return out
 
 
 # --- the trackers: params(flat), log(values, step), finish(values, step, failed); name and run_id ------------
