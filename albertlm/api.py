@@ -41,7 +41,7 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     from albertlm.training.finetune_data import load_data
     from albertlm.training.search import STUDY_FILE, SearchSettings, check_search
     from albertlm.training.search import search as run_search
-    from albertlm.training.tracking import parse_report_to
+    from albertlm.training.tracking import check_reachable
 
     out, model = Path(out), str(model)
     s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
@@ -64,7 +64,7 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
         check_out(out, model, overwrite, resume)  # before the data is read: a used --out fails at once
     the_task = with_columns(get_task(task), columns or {})
     check_exit_settings(the_task, s)
-    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
+    check_reachable(s.report_to)  # a tracker not installed, or its server down: one line before the data is read
     if searching:
         if resume:
             raise UserError("--resume continues one run; a search resumes from its own study (run it again)")

@@ -42,7 +42,7 @@ from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
 from albertlm.training.precision import resolve as resolve_precision
 from albertlm.training.steps import Stepper, to_device
-from albertlm.training.tracking import Tracker, parse_report_to
+from albertlm.training.tracking import Tracker, check_reachable, parse_report_to
 
 _log = logging.getLogger(__name__)
 
@@ -315,6 +315,7 @@ class Run:
         cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
         cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
+        check_reachable(cfg.report_to)  # a tracking server down: one line now, not retries in mid-run
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
         # Every rank checks the folder before rank 0 changes it, so all reach the same verdict.

@@ -21,7 +21,9 @@ import json
 import logging
 import math
 import os
+import socket
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,42 @@ def parse_report_to(text: str) -> tuple[str, ...]:
             raise UserError(f"--report-to {name}: the {TRACKERS[name]} package is not installed; "
                             "pip install 'albertlm[tracking]' (or drop it from --report-to)")  # fmt: skip
     return chosen
+
+
+REACH_TIMEOUT_S = 5.0  # how long a tracking server may take to accept a connection at start
+
+
+def check_reachable(report_to: str) -> None:
+    """Each tracker of ``report_to`` that sends to a server (MLflow at an http(s) $MLFLOW_TRACKING_URI, W&B
+    online) accepts a connection within seconds, or one line naming the URL and the fix: found at start,
+    before anything is trained or written, where their clients would retry for minutes in the middle of a run."""
+    for name in parse_report_to(report_to):
+        url, fix = _server(name)
+        if url is None:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if not parts.hostname:
+                raise OSError("no host in the URL")
+            socket.create_connection((parts.hostname, port), timeout=REACH_TIMEOUT_S).close()
+        except (OSError, ValueError) as e:  # refused, no route, unknown name, timed out; a bad port number
+            reason = str(e) if not isinstance(e, TimeoutError) else f"no answer in {REACH_TIMEOUT_S:g} s"
+            raise UserError(f"--report-to {name}: the tracking server {url} cannot be reached ({reason}); {fix}") \
+                from None  # fmt: skip
+
+
+def _server(tracker: str) -> tuple[str | None, str]:
+    """(the URL a tracker sends to, or None when it writes locally; how to fix an unreachable one)."""
+    if tracker == "mlflow":
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if urllib.parse.urlsplit(uri).scheme in ("http", "https"):
+            return uri, ("start the server or correct MLFLOW_TRACKING_URI, or unset it to log to RUN/mlflow.db "
+                         "(mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db shows it)")  # fmt: skip
+    if tracker == "wandb" and os.environ.get("WANDB_MODE", "offline") in ("online", "run", "shared"):
+        return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"), (
+            "check the network and WANDB_BASE_URL, or set WANDB_MODE=offline (`wandb sync` uploads the run later)")
+    return None, ""
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
