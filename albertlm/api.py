@@ -20,7 +20,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError
+from albertlm.errors import UserError, check_settings
 
 _log = logging.getLogger(__name__)
 
@@ -39,12 +39,18 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     from albertlm.tasks.kinds import InferenceSettings
     from albertlm.training.finetune import Settings, check_exit_settings, check_out, resolve_tokenizer, train
     from albertlm.training.finetune_data import load_data
-    from albertlm.training.search import STUDY_FILE, check_search
+    from albertlm.training.search import STUDY_FILE, SearchSettings, check_search
     from albertlm.training.search import search as run_search
-    from albertlm.training.tracking import parse_report_to
+    from albertlm.training.tracking import check_reachable
 
     out, model = Path(out), str(model)
     s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
+    check_settings(s)  # each setting as its flag checks it, before any work
+    if search is not None:
+        if not isinstance(search, SearchSettings):
+            raise UserError(f"search must be a SearchSettings (e.g. SearchSettings(search={search!r})), not "
+                            f"{type(search).__name__}")  # fmt: skip
+        check_settings(search)
     searching = search is not None and search.search
     if not resume and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and not searching:
         # torchrun's agent restarted this worker: --out holds this job's own run, which goes on (from its
@@ -58,7 +64,7 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
         check_out(out, model, overwrite, resume)  # before the data is read: a used --out fails at once
     the_task = with_columns(get_task(task), columns or {})
     check_exit_settings(the_task, s)
-    parse_report_to(s.report_to)  # a tracker that is not installed: one line before the data is read
+    check_reachable(s.report_to)  # a tracker not installed, or its server down: one line before the data is read
     if searching:
         if resume:
             raise UserError("--resume continues one run; a search resumes from its own study (run it again)")

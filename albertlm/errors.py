@@ -20,6 +20,11 @@ working.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from typing import Any
+
 
 class AlbertlmError(Exception):
     """Base class: a problem with the user's input, reported as one clear line."""
@@ -67,7 +72,7 @@ SEED_BOUNDS = {"min": 0, "max": 2**32 - 1}  # what numpy and torch take as a see
 def out_of_bounds(value: float, low: float | None = None, high: float | None = None,
                   above: float | None = None, below: float | None = None) -> str | None:  # fmt: skip
     """Why ``value`` breaks the bounds a setting declares (``min`` / ``max`` / ``above`` / ``below`` in its
-    dataclass field's metadata), or None: the one rule behind the CLI's bounded flags and ``check_bounds``."""
+    dataclass field's metadata), or None: the one rule behind the CLI's bounded flags and ``check_settings``."""
     if value != value:  # NaN passes every comparison
         return "must be a number"
     if above is not None and not value > above:
@@ -81,18 +86,53 @@ def out_of_bounds(value: float, low: float | None = None, high: float | None = N
     return None
 
 
-def check_bounds(settings: object) -> None:
-    """Every number of a settings dataclass holds to the bounds its field declares, as the flags do at parse
-    time: settings built in Python or read back from a run's record get the same one-line refusal."""
-    import dataclasses
+def scalar_type(hint: Any) -> Any:
+    """A settings field's type hint -> the one scalar type its flag parses (``int | None`` -> int), or None
+    when the field is no flag's (a dict, a nested settings object)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else None
+    return hint if hint in (int, float, str, bool) else None
 
+
+def value_problem(f: Any, kind: type, value: Any) -> str | None:
+    """Why ``value`` is not one the flag of field ``f`` (scalar type ``kind``) would parse to, or None: its
+    type, its ``choices``, its form (``parse``) and its bounds, the checks the flag makes on the command line."""
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+        return f"must be {_KIND_NAMES[kind]}, not {type(value).__name__} {value!r}"
+    if "choices" in f.metadata and value not in f.metadata["choices"]:
+        return f"must be one of {', '.join(map(str, f.metadata['choices']))}, not {value!r}"
+    if "parse" in f.metadata:
+        try:
+            f.metadata["parse"](value)
+        except ValueError as e:
+            return str(e)
+    if kind in (int, float):
+        why = out_of_bounds(value, *(f.metadata.get(k) for k in ("min", "max", "above", "below")))
+        return f"{why}, not {value}" if why else None
+    return None
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def check_settings(settings: object) -> None:
+    """Every flag field of a settings dataclass (and of the settings objects nested in it) holds a value its
+    flag would parse to, checked by ``value_problem`` as the flag is at parse time: settings built in Python
+    (the API's keywords), read back from a run's record or a model's config.json get the same one-line
+    refusal, naming the flag. None is the default of an optional field."""
+    hints = typing.get_type_hints(type(settings))
     for f in dataclasses.fields(settings):  # type: ignore[arg-type]
         value = getattr(settings, f.name)
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_settings(value)
             continue
-        why = out_of_bounds(value, *(f.metadata.get(k) for k in ("min", "max", "above", "below")))
+        kind = scalar_type(hints[f.name])
+        if kind is None or "help" not in f.metadata or value is None:
+            continue
+        why = value_problem(f, kind, value)
         if why:
-            raise UserError(f"{flag_name(f)} {why}, not {value}")
+            raise UserError(f"{flag_name(f)} {why}")
 
 
 def flag_name(f: object) -> str:

@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
 from typing import Any
 
 from albertlm.errors import SEED_BOUNDS, flag_name, out_of_bounds
-
-
-def _scalar(hint: Any) -> Any:
-    """int | None -> int; anything but one scalar type -> None (not a flag)."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else None
-    return hint if hint in (int, float, str, bool) else None
+from albertlm.errors import scalar_type as _scalar
 
 
 def bounded(kind: type, low: float | None = None, high: float | None = None, above: float | None = None,

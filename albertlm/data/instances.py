@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from albertlm.data.corpus import CJK
-from albertlm.errors import UserError, check_bounds
+from albertlm.errors import UserError, check_settings
 
 OBJECTIVES = ("sop", "nsp", "none")
 
@@ -52,7 +52,7 @@ class InstanceConfig:
     def validate(self) -> None:
         if self.task not in OBJECTIVES:
             raise UserError(f"--task must be one of {OBJECTIVES}, got {self.task!r}")
-        check_bounds(self)
+        check_settings(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -171,6 +171,44 @@ def _stops(rule: ExitRule, logits: np.ndarray, layer: int, last: int, agreed: np
 
 
 # --------------------------------------------------------------------------- exported layer graphs
+def check_exit_entry(directory: Path, entry: Any, config: Any) -> None:
+    """deploy.json's "exit" section holds to what the export wrote, checked at load (not a 500 per request
+    later): heads the model has, one stored group per computed layer and one graph file per group in each
+    variant, file names inside the folder, and a rule whose values its ``--exit-*`` flags would take."""
+    where = f"{directory / 'deploy.json'} exit"
+    try:
+        if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict) or not entry["files"]:
+            raise ValueError("is not a table with a files table")
+        if entry.get("heads") != config.exit_heads or config.exit_heads == "none":
+            raise ValueError(f"heads {entry.get('heads')!r} is not the model's exit_heads {config.exit_heads!r}")
+        groups = entry.get("group_of_layer")
+        if not isinstance(groups, list) or len(groups) != config.num_hidden_layers:
+            raise ValueError(f"group_of_layer must list one group per layer ({config.num_hidden_layers})")
+        for variant, files in entry["files"].items():
+            named = isinstance(files, dict) and isinstance(files.get("embed"), str)
+            layers = files.get("layers") if named else None
+            if not isinstance(layers, list) or not layers or not all(isinstance(n, str) for n in layers):
+                raise ValueError(f"files.{variant} must name an embed file and a list of layer files")
+            if not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < len(layers) for g in groups):
+                raise ValueError(f"group_of_layer {groups} must hold group numbers below {len(layers)} (the layer "
+                                 f"files of {variant})")  # fmt: skip
+            for name in (files["embed"], *layers):
+                inside(directory, name, f"{where}.files.{variant}", DataError)
+        rule = entry.get("rule")
+        if rule is not None:
+            from albertlm.errors import check_settings
+            from albertlm.tasks.kinds import InferenceSettings
+
+            if not isinstance(rule, dict) or set(rule) - set(RULE_FIELDS):
+                raise ValueError(f"rule must be a table of {', '.join(RULE_FIELDS)}")
+            try:
+                check_settings(InferenceSettings(**rule))
+            except UserError as e:
+                raise ValueError(f"rule: {e}") from None
+    except ValueError as e:
+        raise DataError(f"{where}: {e}; export again: albertlm export --model DIR --out DIR") from None
+
+
 class ExitGraphs:
     """An export's exit graphs on one runtime: ``exit_embed`` (ids -> the first layer's input) and one
     ``exit_layer_<g>`` per stored layer group ((hidden, attention_mask, layer) -> (hidden, logits), the
@@ -205,4 +243,4 @@ class ExitGraphs:
         return {**state, "hidden": out["hidden_out"]}, out["logits"]
 
 
-__all__ = ["EXIT_KINDS", "RULE_FIELDS", "ExitGraphs", "ExitRule", "check_exits", "run"]
+__all__ = ["EXIT_KINDS", "RULE_FIELDS", "ExitGraphs", "ExitRule", "check_exit_entry", "check_exits", "run"]

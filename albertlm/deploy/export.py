@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.card import read_card, update_card
+from albertlm.card import CARD, read_card, update_card
 from albertlm.config import AlbertConfig
 from albertlm.deploy.inference import (
     MANIFEST_FILE,
@@ -247,7 +247,8 @@ def export_onnx(
                         inherit=model_dir, fresh=True, name=final_dir.name, facts={"opset": opset, "graph": graph,
                                                   "fp32 max |diff| vs torch": f"{manifest['fp32_max_abs_diff']:.2e}"})
         written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
-        manifest["sha256"] = {name: sha256(out_dir / name) for name in written}
+        # what the engines read: the model card beside them is documentation, edited or deleted freely
+        manifest["sha256"] = {name: sha256(out_dir / name) for name in written if name != CARD}
         _swap_in(out_dir, final_dir, written, manifest)
         return manifest
 

@@ -28,14 +28,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.card import CARD
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
 from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
-from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError
+from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError, check_settings
 from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
 from albertlm.tasks import features as F
+from albertlm.tasks.examples import check_json
 from albertlm.tasks.kinds import InferenceSettings, TaskKind, kind_for_architecture, kind_of
 from albertlm.tasks.registry import Task, get_task, task_from_info
 from albertlm.tokenizer import Tokenizer, load_tokenizer
@@ -250,6 +252,8 @@ class _Export:
         self.architecture = self.manifest["architecture"]
         self.head = HEADS[self.architecture]
         self.config = AlbertConfig.load(directory)
+        if "exit" in self.manifest:
+            early_exit.check_exit_entry(directory, self.manifest["exit"], self.config)
         self._exit_graphs: early_exit.ExitGraphs | None = None
         return files
 
@@ -395,6 +399,8 @@ def _verify_export(directory: Path, manifest: dict) -> None:
     if not isinstance(sums, dict):
         raise DataError(f"{directory / MANIFEST_FILE}: damaged manifest (sha256 is not a table); export again")
     for name, digest in sums.items():
+        if name == CARD:  # exports before the card left the checksums: documentation, not what the engines read
+            continue
         f = inside(directory, name, f"{directory / MANIFEST_FILE} sha256", DataError)
         if not f.is_file() or sha256(f) != digest:
             raise DataError(f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
@@ -451,6 +457,7 @@ class Predictor:
         self.config = engine.config
         self.info = dict(info or {})
         s = settings or InferenceSettings()
+        check_settings(s)  # as its flags are: the API's keywords and the server's settings alike
         limit = self.config.max_position_embeddings
         length = s.max_seq_length or self.info.get("max_seq_length") or (task.max_seq_length if task else limit)
         self.settings = replace(s, max_seq_length=min(int(length), limit))
@@ -473,6 +480,10 @@ class Predictor:
         """A model directory (torch) or an exported one (onnx, openvino); ``precision`` as in ``load_engine``.
         ``InferenceSettings`` saved at fine-tuning time (``max_seq_length``, the QA windows) apply unless
         ``overrides`` sets them."""
+        unknown = sorted(set(overrides or {}) - {f.name for f in fields(InferenceSettings)})
+        if unknown:
+            raise UserError(f"unknown inference settings {', '.join(unknown)}; the settings are the fields of "
+                            "InferenceSettings")
         runner = load_engine(directory, engine, threads, precision, device)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
@@ -491,6 +502,11 @@ class Predictor:
                 "--tokenizer DIR, or export with `albertlm export --tokenizer DIR`"
             ) from None
         saved = {f.name: info[f.name] for f in fields(InferenceSettings) if info.get(f.name) is not None}
+        try:  # read back from config.json: held to the flags' rules, naming the file (not a 500 per request later)
+            check_settings(InferenceSettings(**saved))
+        except UserError as e:
+            raise DataError(f"{Path(directory) / 'config.json'}: {TASK_KEY} holds a bad setting ({e}); fix the value "
+                            "or fine-tune again") from None  # fmt: skip
         return cls(runner, tok, kind, task_obj, InferenceSettings(**{**saved, **(overrides or {})}), info)
 
     @classmethod
@@ -604,11 +620,16 @@ class Predictor:
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         """One answer per input: a text, a pair (``(text, text_b)``; for QA ``(question, context)``), or an
         object as ``predict`` reads it (``{"text": ...}``, ``{"tokens": [...]}``, ...)."""
-        if isinstance(inputs, (str, dict)):
-            raise UserError("give a list of inputs (one answer each), e.g. predictor([\"a charming film\"])")
+        if isinstance(inputs, (str, dict)) or not inputs:
+            raise UserError("inputs: give a non-empty list of inputs (one answer each), e.g. "
+                            "predictor([\"a charming film\"])")  # fmt: skip
         pair = ("question", "context") if self.kind.name.startswith("qa") else ("text", "text_b")
         examples = []
         for i, obj in enumerate(inputs):
+            try:  # text the tokenizer cannot take (a lone surrogate), or nesting past the server's limit
+                check_json(list(obj) if isinstance(obj, tuple) else obj)
+            except ValueError as e:
+                raise UserError(f"inputs[{i}]: {e}") from None
             if isinstance(obj, (tuple, list)):
                 if len(obj) != 2 or not all(isinstance(x, str) for x in obj):
                     raise UserError(f"input {i}: a pair is two texts ({pair[0]}, {pair[1]}), not {obj!r}")

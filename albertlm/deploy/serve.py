@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from albertlm.deploy.schema import conforms, request_schemas
-from albertlm.errors import DataError, NonFiniteOutput, RequestError, UserError, check_bounds
+from albertlm.errors import DataError, NonFiniteOutput, RequestError, UserError, check_settings
 
 if TYPE_CHECKING:
     from albertlm.deploy.inference import Predictor
@@ -111,7 +111,7 @@ class BatchSettings:
                 "batching)"})  # fmt: skip
 
     def __post_init__(self) -> None:
-        check_bounds(self)
+        check_settings(self)
         if math.isinf(self.batch_window_ms):
             raise UserError("--batch-window-ms must be finite: a window that never closes never answers")
 

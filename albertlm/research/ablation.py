@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import SEED_BOUNDS, UserError, check_bounds
+from albertlm.errors import SEED_BOUNDS, UserError, check_settings
 
 _log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class StudySettings:
     def __post_init__(self) -> None:
         if self.out is None:
             self.out = f"runs/ablate/{self.study}"
-        check_bounds(self)
+        check_settings(self)
 
 
 STUDY_RECORD = "study_settings.json"

@@ -26,7 +26,7 @@ import torch
 from albertlm.card import update_card
 from albertlm.config import AlbertConfig
 from albertlm.devices import DEVICE_HELP, parse_device
-from albertlm.errors import SEED_BOUNDS, TrainingError, check_bounds
+from albertlm.errors import SEED_BOUNDS, TrainingError, check_settings
 from albertlm.heads import AlbertForPreTraining
 from albertlm.model import flops_per_token
 from albertlm.training import checkpoint as ckpt
@@ -42,7 +42,7 @@ from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
 from albertlm.training.precision import resolve as resolve_precision
 from albertlm.training.steps import Stepper, to_device
-from albertlm.training.tracking import Tracker, parse_report_to
+from albertlm.training.tracking import Tracker, check_reachable, parse_report_to
 
 _log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class PretrainConfig:
         if self.optimizer not in LR_DEFAULTS:
             raise TrainingError(f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, not {self.optimizer!r}")
         parse_report_to(self.report_to)  # a tracker that is not installed: one line before anything runs
-        check_bounds(self)  # every number's own bounds (the flags' bounds: a run_config.json or Python gets them too)
+        check_settings(self)  # every flag field as its flag checks it (a run_config.json or Python gets it too)
         if self.warmup > self.max_steps:
             raise TrainingError(f"--warmup-steps must be from 0 to --max-steps ({self.max_steps}), not {self.warmup}")
         if not self.init_from:
@@ -315,6 +315,7 @@ class Run:
         cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
         cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
+        check_reachable(cfg.report_to)  # a tracking server down: one line now, not retries in mid-run
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
         # Every rank checks the folder before rank 0 changes it, so all reach the same verdict.

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
+import socket
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from albertlm.errors import UserError
+from albertlm.errors import DataError, UserError
 from albertlm.files import write_text_atomic
+
+_log = logging.getLogger(__name__)
 
 REPORT_TO = ("none", "jsonl", "tensorboard", "mlflow", "wandb")
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}  # tracker -> module it needs
@@ -46,6 +51,42 @@ def parse_report_to(text: str) -> tuple[str, ...]:
             raise UserError(f"--report-to {name}: the {TRACKERS[name]} package is not installed; "
                             "pip install 'albertlm[tracking]' (or drop it from --report-to)")  # fmt: skip
     return chosen
+
+
+REACH_TIMEOUT_S = 5.0  # how long a tracking server may take to accept a connection at start
+
+
+def check_reachable(report_to: str) -> None:
+    """Each tracker of ``report_to`` that sends to a server (MLflow at an http(s) $MLFLOW_TRACKING_URI, W&B
+    online) accepts a connection within seconds, or one line naming the URL and the fix: found at start,
+    before anything is trained or written, where their clients would retry for minutes in the middle of a run."""
+    for name in parse_report_to(report_to):
+        url, fix = _server(name)
+        if url is None:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if not parts.hostname:
+                raise OSError("no host in the URL")
+            socket.create_connection((parts.hostname, port), timeout=REACH_TIMEOUT_S).close()
+        except (OSError, ValueError) as e:  # refused, no route, unknown name, timed out; a bad port number
+            reason = str(e) if not isinstance(e, TimeoutError) else f"no answer in {REACH_TIMEOUT_S:g} s"
+            raise UserError(f"--report-to {name}: the tracking server {url} cannot be reached ({reason}); {fix}") \
+                from None  # fmt: skip
+
+
+def _server(tracker: str) -> tuple[str | None, str]:
+    """(the URL a tracker sends to, or None when it writes locally; how to fix an unreachable one)."""
+    if tracker == "mlflow":
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if urllib.parse.urlsplit(uri).scheme in ("http", "https"):
+            return uri, ("start the server or correct MLFLOW_TRACKING_URI, or unset it to log to RUN/mlflow.db "
+                         "(mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db shows it)")  # fmt: skip
+    if tracker == "wandb" and os.environ.get("WANDB_MODE", "offline") in ("online", "run", "shared"):
+        return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"), (
+            "check the network and WANDB_BASE_URL, or set WANDB_MODE=offline (`wandb sync` uploads the run later)")
+    return None, ""
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -98,7 +139,7 @@ class Tracker:
     def _start_jsonl(self, resumed_step: int | None) -> None:
         keep = []
         if resumed_step is not None and self.path.exists():
-            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resumed_step]
+            keep = [ln for ln, row in _rows(self.path) if row["step"] <= resumed_step]
         self.path.write_text("".join(ln + "\n" for ln in keep))
 
     def _read_ids(self) -> dict[str, str]:
@@ -128,6 +169,29 @@ class Tracker:
         for backend in self.backends:
             backend.finish(values, step, failed)
         self.backends = []
+
+
+def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, row) of each line of a run's metrics.jsonl. A last line a kill cut short (no newline, or not
+    JSON) is dropped with a warning: the rows it held are written again as the resumed run passes their step.
+    A line unreadable anywhere else is damage, not a kill: one line naming it."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+                raise ValueError("no integer step")
+        except ValueError as e:
+            if not any(x.strip() for x in lines[i:]):  # the last line
+                _log.warning("%s: dropped its last line (line %d), cut short when the run was stopped", path, i)
+                continue
+            raise DataError(f"{path}:{i}: not a metric row ({e}); delete or fix that line, then --resume") from None
+        out.append((line, row))
+    return out
 
 
 # --- the trackers: params(flat), log(values, step), finish(values, step, failed); name and run_id ------------
