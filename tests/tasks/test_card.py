@@ -48,12 +48,13 @@ def test_finetune_writes_a_hub_model_card(finetuned):
     assert "AutoModelForSequenceClassification.from_pretrained" in body and "| accuracy |" in body
 
 
-def test_export_inherits_the_card_into_its_checksummed_files(finetuned, tmp_path):
+def test_export_inherits_the_card_beside_its_checksummed_files(finetuned, tmp_path):
     out = tmp_path / "onnx"
     assert main(["export", "--model", str(finetuned), "--out", str(out)]) == 0
     header = card_header(out)
     assert [s["command"].split()[1] for s in header["albertlm"]["history"]] == ["finetune", "export"]
-    assert "README.md" in json.loads((out / "deploy.json").read_text())["sha256"]
+    # the card is documentation: checksums cover what the engines read, so editing it never disables the model
+    assert "README.md" not in json.loads((out / "deploy.json").read_text())["sha256"]
     assert 'engine="onnx"' in (out / "README.md").read_text(encoding="utf-8")
 
 

@@ -220,7 +220,7 @@ def test_the_python_api_does_in_one_call_what_the_cli_does(data, en_tok_dir, tmp
     assert albertlm.predict(tmp_path / "api", ["a charming film"], precision="fp32")[0]["label"] == rows[0]["label"]
     with pytest.raises(albertlm.errors.UserError, match="unknown settings lrr"):
         albertlm.finetune("sst2", sst, "albert-tiny", tmp_path / "bad", tokenizer=en_tok_dir, lrr=1e-3)
-    with pytest.raises(albertlm.errors.UserError, match="a list of inputs"):
+    with pytest.raises(albertlm.errors.UserError, match="non-empty list of inputs"):
         predictor("one text, not a list")
 
 
