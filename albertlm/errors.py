@@ -66,6 +66,18 @@ class MissingDependency(AlbertlmError, ImportError):
     """An optional dependency is missing; the message gives the install command."""
 
 
+def import_extra(module: str, need: str, extra: str, alternative: str = "") -> types.ModuleType:
+    """``module``, imported, or one line naming what needs it and the extra of pyproject.toml that installs it
+    (``alternative``: what to do instead, e.g. a flag that does without)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        also = f", or {alternative}" if alternative else ""
+        raise MissingDependency(f"{need} needs {module.split('.')[0]}: pip install 'albertlm[{extra}]'{also}") from None
+
+
 SEED_BOUNDS = {"min": 0, "max": 2**32 - 1}  # what numpy and torch take as a seed: every seed setting's bounds
 
 

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from albertlm.tasks import read_split
-    from albertlm.tasks.metrics import json_ready
+    from albertlm.tasks.metrics import check_scorer, json_ready
 
     if args.out:  # checked before the model loads
         refuse_model_dir(args.out, "its metrics.json is the fine-tuning's: write the evaluation to another --out")
@@ -69,6 +69,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if task is None:
         raise UserError(f"{args.model} records no task; pass --task NAME (see `albertlm tasks`)")
     task = predictor.task = user_data(args, task)
+    check_scorer(task.metric)
     if args.official_format:
         from albertlm.tasks.official import official_scorer
 

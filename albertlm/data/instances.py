@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from albertlm.data.corpus import CJK
-from albertlm.errors import UserError, check_settings
+from albertlm.errors import UserError, check_settings, import_extra
 
 OBJECTIVES = ("sop", "nsp", "none")
 
@@ -61,6 +61,12 @@ class InstanceConfig:
 # ---------------------------------------------------------------------------------------------- encoding
 
 
+def import_jieba():  # noqa: ANN201 - the jieba module
+    """jieba (the `chinese` extra), or one line saying how to install it or do without."""
+    return import_extra("jieba", "Chinese whole-word masking (a WordPiece tokenizer's default)", "chinese",
+                        "build with --no-whole-word-zh (pieces mask alone, as the original)")
+
+
 class DocumentEncoder:
     """Token ids and word-start flags for a batch of documents.
 
@@ -74,8 +80,7 @@ class DocumentEncoder:
         self.word_start = np.asarray(tokenizer.word_start_mask(), dtype=bool)
         self.whole_word_zh = whole_word_zh
         if whole_word_zh:
-            import jieba
-
+            jieba = import_jieba()
             jieba.setLogLevel(60)
             self._cut = jieba.lcut
 

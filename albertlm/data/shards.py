@@ -48,6 +48,7 @@ from albertlm.data.instances import (
     InstanceConfig,
     SpecialIds,
     build_instance,
+    import_jieba,
     plan_instances,
 )
 from albertlm.data.tables import TABLE_FORMATS, TextColumns, iter_table_documents, table_bytes, table_format
@@ -342,6 +343,8 @@ def build_dataset(
         raise UserError(_no_text(files, skipped))
     if whole_word_zh is None:
         whole_word_zh = tokenizer.kind == "wordpiece"
+    if whole_word_zh:
+        import_jieba()  # missing, it fails here, before anything is written (the workers import it again)
     info = tokenizer_info(tokenizer)
     tdt = token_dtype(info["vocab_size"])
     out = Path(out_dir)

@@ -32,7 +32,7 @@ from albertlm.card import CARD
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
 from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
-from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError, check_settings
+from albertlm.errors import DataError, NonFiniteOutput, UserError, check_settings, import_extra
 from albertlm.files import inside
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
@@ -44,7 +44,6 @@ from albertlm.tokenizer import Tokenizer, load_tokenizer
 from albertlm.training.precision import autocast as precision_autocast
 from albertlm.training.precision import resolve as resolve_precision
 
-DEPLOY_HINT = "pip install 'albertlm[deploy]'"
 TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
 MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
 OPENVINO_INT8 = "openvino_int8"  # deploy.json's key for the NNCF-quantized OpenVINO IR, when exported
@@ -69,20 +68,14 @@ class EngineSettings:
         "help": DEVICE_HELP + "; the torch engine's (onnx and openvino exports run on the CPU)", "parse": parse_device})
     threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)",
                                                         "min": 1})
-# What needs an optional module and how to install it; every module not named here is in the deploy extra.
-INSTALL = {"openvino": ("--engine openvino", "pip install 'albertlm[openvino]'"),
-           "nncf": ("OpenVINO int8 (--calibration)", "pip install 'albertlm[openvino]'")}
+# What needs an optional module and which extra installs it; every module not named here is in the deploy extra.
+INSTALL = {"openvino": ("--engine openvino", "openvino"), "nncf": ("OpenVINO int8 (--calibration)", "openvino")}
 
 
 def require(module: str) -> Any:
     """Import an optional dependency, or fail with the install command."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        need, hint = INSTALL.get(module, ("ONNX export and serving", DEPLOY_HINT))
-        raise MissingDependency(f"{module} is needed for {need}: {hint}") from None
+    need, extra = INSTALL.get(module, ("ONNX export and serving", "deploy"))
+    return import_extra(module, need, extra)
 
 
 def architecture_of(model_dir: str | Path) -> str:

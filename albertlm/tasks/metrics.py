@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from albertlm.errors import DataError
+from albertlm.errors import DataError, import_extra
 
 
 # --- classification / regression (GLUE) ------------------------------------------------------------
@@ -231,6 +231,7 @@ _CMRC_PUNCT = frozenset(
      "《", "》", "……", "·", "、", "「", "」", "（", "）", "－", "～", "『", "』"]
 )  # fmt: skip
 _CJK = re.compile(r"[\u4e00-\u9fa5]")
+CMRC_NEEDS = "CMRC 2018 scoring (the official script's word segmentation)"
 
 
 class _EveryType(frozenset):
@@ -242,12 +243,11 @@ class _EveryType(frozenset):
 
 @functools.cache
 def _nltk_tokenizers():  # noqa: ANN202 - (sentence splitter, word tokenizer); nltk imported on first use
-    from nltk.tokenize import NLTKWordTokenizer
-    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
-
-    params = PunktParameters()
+    punkt = import_extra("nltk.tokenize.punkt", CMRC_NEEDS, "chinese")
+    params = punkt.PunktParameters()
     params.abbrev_types = _EveryType()
-    return PunktSentenceTokenizer(params), NLTKWordTokenizer()
+    words = import_extra("nltk.tokenize", CMRC_NEEDS, "chinese").NLTKWordTokenizer()
+    return punkt.PunktSentenceTokenizer(params), words
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -338,3 +338,9 @@ def cmrc2018(predictions: dict[str, str], answers: dict[str, list[str]]) -> dict
     n = max(len(answers), 1)
     em, f1 = 100.0 * em / n, 100.0 * f1 / n
     return {"exact_match": em, "f1": f1, "average": (em + f1) / 2}
+
+
+def check_scorer(metric: object) -> None:
+    """Fail before a run starts, not at its first evaluation, when ``metric`` needs an extra that is missing."""
+    if metric is cmrc2018:
+        _nltk_tokenizers()

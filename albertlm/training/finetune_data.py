@@ -12,6 +12,7 @@ from pathlib import Path
 from albertlm.errors import DataError, UserError
 from albertlm.tasks.examples import RowPolicy
 from albertlm.tasks.kinds import kind_of
+from albertlm.tasks.metrics import check_scorer
 from albertlm.tasks.registry import Task, fit_to_data, read_split
 
 _log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def load_data(task: Task, data: str | Path, policy: RowPolicy | None = None, tra
     evaluation label must be one of them. With no dev split the labelled test split is used (MRPC's MSR
     release), or the last ``holdout`` training examples; a generic task with no dev file holds out a
     seeded random ``dev_fraction`` of the training file."""
+    check_scorer(task.metric)
     policy = policy or RowPolicy()
     data = Path(data)
     train_ex, train_path = read_split(task, data, "train", policy, train_file)
