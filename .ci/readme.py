@@ -33,11 +33,11 @@ def setup_steps(readme: Path = README) -> dict[str, str]:
     if len(commands) != len(STEPS):
         raise SystemExit(f"{readme}: '## Set up' has {len(commands)} bash blocks, .ci/readme.py expects {len(STEPS)}")
     steps = {}
-    for names, command in zip(STEPS, commands):
+    for names, command in zip(STEPS, commands, strict=True):
         parts = [p.strip() for p in command.split(" && ")]
         if len(parts) != len(names):
             raise SystemExit(f"{readme}: `{command}` is not {len(names)} commands joined by && ({', '.join(names)})")
-        steps.update(zip(names, parts))
+        steps.update(zip(names, parts, strict=True))
     return steps
 
 
