@@ -24,6 +24,7 @@ import os
 import platform
 import re
 import shutil
+import string
 import subprocess
 import sys
 import tempfile
@@ -85,15 +86,30 @@ def readme_phrases(fig: dict) -> list[str]:
     return [t.format(**values) for t in (*README_FIGURES, *map(extra_row, fig["extra_mb"]))]
 
 
+def figure_pattern(template: str) -> re.Pattern:
+    """``template`` as a regex: a number group per figure, any run of white space (a wrapped line) per space."""
+    parts = []
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        parts.append(r"\s+".join(map(re.escape, literal.split(" "))))
+        if name is not None:
+            parts.append(f"({NUMBER})")
+    return re.compile("".join(parts))
+
+
 def update_readme(fig: dict, readme: Path) -> list[str]:
-    """Rewrite the numbers of every figure sentence in ``readme``; returns the templates it did not find."""
+    """Rewrite the numbers of every figure sentence in ``readme`` (its line breaks kept); returns the templates it
+    did not find exactly once."""
     text, missing = readme.read_text(encoding="utf-8"), []
     values = readme_values(fig)
     for template in (*README_FIGURES, *map(extra_row, fig["extra_mb"])):
-        pattern = re.sub(r"\\\{(\w+)\\\}", NUMBER, re.escape(template))
-        text, n = re.subn(pattern, lambda _m, t=template: t.format(**values), text)
-        if n != 1:
+        names = [name for _lit, name, _spec, _conv in string.Formatter().parse(template) if name is not None]
+        found = list(figure_pattern(template).finditer(text))
+        if len(found) != 1:
             missing.append(template)
+            continue
+        m = found[0]
+        for i in reversed(range(len(names))):  # from the last figure, so the earlier spans stay put
+            text = text[: m.start(i + 1)] + values[names[i]] + text[m.end(i + 1) :]
     from albertlm.files import write_text_atomic
 
     write_text_atomic(readme, text)
@@ -106,7 +122,7 @@ def render_markdown(fig: dict) -> str:
     v = readme_values(fig)
     rows = "\n".join(
         f"| {name} | `{s[name]['command']}` | {s[name]['s']:.1f} | {s[name]['cpu_s']:.0f} | "
-        + (f"{s[name]['download_s']:.1f} ({s[name]['packages']} files)" if name in INSTALLS else "")
+        + (f"{s[name]['download_s']:.1f} ({s[name]['packages']} packages)" if name in INSTALLS else "")
         + " |"
         for names in COMMANDS.values()
         for name in names
@@ -207,8 +223,10 @@ def time_download(python: Path, pins: set[str], env: dict) -> float:
         return 0.0
     with tempfile.TemporaryDirectory() as d:
         t0 = time.monotonic()
-        subprocess.run([str(python), "-m", "pip", "download", "--no-deps", "-q", "-d", d, *sorted(pins)], env=env,
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        r = subprocess.run([str(python), "-m", "pip", "download", "--no-deps", "-q", "-d", d, *sorted(pins)], env=env,
+                           capture_output=True, text=True)  # fmt: skip
+        if r.returncode != 0:
+            raise SystemExit(f"newcomer: pip download of {len(pins)} packages failed: {r.stderr.strip()[-2000:]}")
         return round(time.monotonic() - t0, 1)
 
 
@@ -240,7 +258,7 @@ def closure(name, extras):
 
 def mb(names):
     total = 0
-    for n in names:
+    for n in names & dists.keys():
         for f in dists[n].files or []:
             p = f.locate()
             if os.path.isfile(p):
