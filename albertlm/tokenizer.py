@@ -112,6 +112,12 @@ class Tokenizer(ABC):
     def tokenizer_json(self) -> str:
         """This tokenizer as a ``tokenizers`` pipeline (tokenizer.json): the same ids for the same text."""
 
+    def browser_json(self) -> tuple[str, bool]:
+        """(the tokenizer.json that tokenizers.js, the browser's tokenizer, runs to give this tokenizer's ids;
+        whether the page must re-split pieces ending in <digit>, as the original does). The pipeline of
+        ``tokenizer_json`` unless a subclass needs another."""
+        return self.tokenizer_json(), False
+
     def save(self, directory: str | Path, model_max_length: int | None = None) -> None:
         """The vocabulary file, ``tokenizer.json`` and a ``tokenizer_config.json`` that ``AutoTokenizer`` reads:
         with ``model_max_length`` (default: the one loaded, else 512) HF's pipelines truncate where the model's
@@ -259,6 +265,7 @@ def preprocess_text(text: str, lowercase: bool = True, keep_accents: bool = Fals
     return text.lower() if lowercase else text
 
 
+NEVER_MATCHED = -1e9  # a unigram score no segmentation takes while any other exists
 BATCH_ENCODE_MIN = 512  # texts from which SentencePiece's threaded batch encoder beats one call per text
 
 
@@ -397,10 +404,19 @@ class SentencePieceTokenizer(Tokenizer):
             words.append(self.sp.decode(run))
         return " ".join(w for w in words if w)
 
-    def tokenizer_json(self) -> str:
+    def browser_json(self) -> tuple[str, bool]:
+        """Under ``original``, the pipeline with SentencePiece's own scores, and with its control pieces (<pad>,
+        <unk>, [CLS], ...) never matched in text, as SentencePiece never matches them: the page then re-splits
+        <digit>, pieces as ``_digit_comma_original`` does, exactly (a score stands for that rule only roughly)."""
+        if self.compat != "original":
+            return self.tokenizer_json(), False
+        return self.tokenizer_json(browser=True), True
+
+    def tokenizer_json(self, browser: bool = False) -> str:
         """HF's ALBERT pipeline (quotes, NFKD and accents, lowercase, SentencePiece's own map, Metaspace, Unigram)
         over this model's pieces and scores; under ``original``, no quote rule, and pieces ending in <digit>,
-        scored down by 100 as transformers' converter does, which stands for the original's digit-comma re-split."""
+        scored down by 100 as transformers' converter does, which stands for the original's digit-comma re-split
+        (``browser``: the exact scores and no special-token matching, see ``browser_json``)."""
         from tokenizers import Regex, decoders, normalizers, pre_tokenizers
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers.models import Unigram
@@ -409,7 +425,11 @@ class SentencePieceTokenizer(Tokenizer):
         vocab = []
         for i in range(self.vocab_size):
             piece, score = self.sp.id_to_piece(i), self.sp.get_score(i)
-            vocab.append((piece, score - 100 if original and _DIGIT_COMMA.fullmatch(piece[-2:]) else score))
+            if browser:
+                score = NEVER_MATCHED if self.sp.is_control(i) or self.sp.is_unknown(i) else score
+            elif original and _DIGIT_COMMA.fullmatch(piece[-2:]):
+                score -= 100
+            vocab.append((piece, score))
         tk = HFTokenizer(Unigram(vocab, unk_id=self.unk_id, byte_fallback=False))
         steps = [] if original else [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
         if not self.keep_accents:
@@ -424,7 +444,8 @@ class SentencePieceTokenizer(Tokenizer):
                                                     pre_tokenizers.Metaspace(replacement=SPIECE_UNDERLINE)])
         tk.decoder = decoders.Metaspace(replacement=SPIECE_UNDERLINE)
         tk.post_processor = self._template()
-        tk.add_special_tokens(self.convert_ids_to_tokens(sorted(self.special_ids)))
+        if not browser:
+            tk.add_special_tokens(self.convert_ids_to_tokens(sorted(self.special_ids)))
         return tk.to_str(pretty=True)
 
     def _hf_config(self) -> dict:
@@ -573,15 +594,22 @@ class WordPieceTokenizer(Tokenizer):
         # Chinese is written without spaces (ids are unaffected: decode is for reading only).
         return _CJK_SPACE.sub("", " ".join(toks).replace(" ##", ""))
 
-    def tokenizer_json(self) -> str:
-        """The very pipeline this tokenizer runs on, with BERT's template and decoder."""
+    def browser_json(self) -> tuple[str, bool]:
+        """The pipeline as it runs here: under ``original`` without the special tokens HF's added-token matching
+        would find in text (the original's BasicTokenizer splits "[MASK]" like any other text)."""
+        return self.tokenizer_json(browser=True), False
+
+    def tokenizer_json(self, browser: bool = False) -> str:
+        """The very pipeline this tokenizer runs on, with BERT's template and decoder (``browser``: see
+        ``browser_json``)."""
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders
 
         tk = HFTokenizer.from_str(self.tk.to_str())
         tk.post_processor = self._template()
         tk.decoder = decoders.WordPiece(prefix="##")
-        tk.add_special_tokens(list(WORDPIECE_SPECIALS))
+        if not (browser and self.compat == "original"):
+            tk.add_special_tokens(list(WORDPIECE_SPECIALS))
         return tk.to_str(pretty=True)
 
     def _hf_config(self) -> dict:

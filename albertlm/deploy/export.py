@@ -43,6 +43,7 @@ import shutil
 import uuid
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,7 @@ def export_onnx(
     graph: str = "ort",
     calibration: str | Path | None = None,
     device: str = "auto",
+    extra: Callable[[Path, dict[str, Any]], list[str]] | None = None,
 ) -> dict[str, Any]:
     """Export ``model_dir`` to ``out_dir`` (see the module docstring); returns the manifest written.
 
@@ -178,7 +180,9 @@ def export_onnx(
 
     The fp32 graph is checked against PyTorch on a batch of another shape than the traced one (so the
     dynamic axes are exercised), the model run on ``device`` in fp32; the max abs difference is recorded in
-    the manifest with the device.
+    the manifest with the device. ``extra(folder, manifest)`` writes more files of the export (the web page)
+    into its staging folder, swapped in with the rest; it returns the names no engine here reads (the page's
+    files, which it records itself), left out of the checksums as the model card is.
     """
     onnx = require("onnx")
     require("onnxruntime")
@@ -242,13 +246,14 @@ def export_onnx(
         # Self-contained: config.json (labels, shapes) and the tokenizer beside the graph.
         shutil.copyfile(model_dir / "config.json", out_dir / "config.json")
         manifest["tokenizer"] = _copy_tokenizer(tok_src, out_dir)
+        beside = extra(out_dir, manifest) if extra is not None else []
         if read_card(final_dir)[1]:  # a README.md of the user's own in --out stays (and is not replaced)
             update_card(out_dir, f"exported to ONNX ({', '.join(sorted(manifest['files']))}) from {model_dir}",
                         inherit=model_dir, fresh=True, name=final_dir.name, facts={"opset": opset, "graph": graph,
                                                   "fp32 max |diff| vs torch": f"{manifest['fp32_max_abs_diff']:.2e}"})
         written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
         # what the engines read: the model card beside them is documentation, edited or deleted freely
-        manifest["sha256"] = {name: sha256(out_dir / name) for name in written if name != CARD}
+        manifest["sha256"] = {name: sha256(out_dir / name) for name in written if name != CARD and name not in beside}
         _swap_in(out_dir, final_dir, written, manifest)
         return manifest
 
@@ -287,6 +292,10 @@ def _swap_in(tmp: Path, out: Path, written: list[str], manifest: dict[str, Any])
     try:
         old = json.loads((out / MANIFEST_FILE).read_text())
         old_files = set(old.get("sha256", {})) | set(old.get("files", {}).values())
+        # an earlier web export's page files, unless edited since (then they are the user's: they stay)
+        page = old.get("web", {}).get("files", {})
+        old_files |= {n for n, digest in page.items() if isinstance(n, str) and "/" not in n
+                      and (out / n).is_file() and sha256(out / n) == digest}  # fmt: skip
     except (OSError, ValueError, AttributeError):
         pass
     (out / MANIFEST_FILE).unlink(missing_ok=True)
