@@ -60,11 +60,10 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 
 def _files(manifest: dict) -> list[tuple[str, dict]]:
-    """(path inside the build, its manifest entry) of every shard file, as ``load_manifest`` checks them."""
-    sdir = manifest["shard_dir"]
-    entries = [("word_start", manifest["word_start"])]
-    entries += [(f"{i:05d}.{k}", f) for i, s in enumerate(manifest["shards"]) for k, f in s["files"].items()]
-    return [(f"{sdir}/{name}.bin", f) for name, f in entries]
+    """(path inside the build, its manifest entry) of every shard file; the manifest was checked on arrival."""
+    from albertlm.data.shards import shard_files
+
+    return shard_files(manifest, MANIFEST)
 
 
 def _remote_manifest(fs: Any, root: str, url: str) -> dict:
@@ -76,11 +75,13 @@ def _remote_manifest(fs: Any, root: str, url: str) -> dict:
     except Exception as e:  # the client's own errors: credentials, endpoint, permissions
         raise DataError(f"{url}: cannot read {MANIFEST} ({_reason(e)}); check the credentials and AWS_ENDPOINT_URL "
                         "in the environment") from None
+    from albertlm.data.shards import shard_files
+
     try:
         manifest = json.loads(text)
-        _files(manifest)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{url}/{MANIFEST} is damaged ({e}); build the data again") from None
+    shard_files(manifest, f"{url.rstrip('/')}/{MANIFEST}")  # its names, counts and sizes, before any download
     return manifest
 
 
@@ -100,7 +101,7 @@ def fetch(url: str, cache_dir: str | Path | None = None, cache_gb: float = 50.0,
     with _locked(local / ".lock"):
         if not _complete(local, manifest):
             t0 = time.time()
-            _download(fs, root, local, manifest, workers)
+            _download(fs, root, local, manifest, workers, url)
             write_text_atomic(local / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
             _log.info("fetched %s (%.1f MB) into %s in %.1f s", url, need / 1e6, local, time.time() - t0)
     os.utime(local / CACHE_MARK)  # most recently used
@@ -118,7 +119,7 @@ def _complete(local: Path, manifest: dict) -> bool:
     return all((local / name).is_file() and (local / name).stat().st_size == f["bytes"] for name, f in _files(manifest))
 
 
-def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> None:
+def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int, url: str) -> None:
     (local / MANIFEST).unlink(missing_ok=True)  # the copy is complete again only when the manifest is back
 
     def get(item: tuple[str, dict]) -> None:
@@ -128,7 +129,15 @@ def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> 
             return
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
-        fs.get_file(f"{root}/{name}", str(tmp))
+        try:
+            fs.get_file(f"{root}/{name}", str(tmp))
+        except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"{url.rstrip('/')}/{name} is missing from the store though its manifest lists it (deleted "
+                            "since the build?); build the data again") from None
+        except Exception as e:  # the client's own errors mid-download: permissions, a store gone
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"{url.rstrip('/')}/{name}: the download failed ({_reason(e)}); run again") from None
         if sha256(tmp) != entry["sha256"]:
             tmp.unlink(missing_ok=True)
             raise DataError(f"{root}/{name} does not match the sha256 its manifest records: the object is "
