@@ -185,14 +185,28 @@ def upload(local: Path, url: str, workers: int = 8) -> None:
     except Exception as e:  # the client's own errors: permissions, quota, a store gone mid-upload
         raise DataError(f"{url}: the upload failed ({_reason(e)}); the build there is unchanged (its manifest.json "
                         "is written last), so run the build again") from None
-    if previous and previous != manifest["shard_dir"] and re.fullmatch(r"shards-[\w-]+", previous):
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(f"{root}/{previous}", recursive=True)
+    _remove_previous(fs, root, previous, manifest["shard_dir"])
 
 
-def check_writable(url: str) -> str | None:
+def _remove_previous(fs: Any, root: str, previous: dict | None, current: str) -> None:
+    """Delete the shard folder of the build ``previous`` (the manifest the store held before), if it holds
+    exactly the objects that manifest lists: an edited manifest naming other objects deletes nothing."""
+    try:
+        listed = {name for name, _ in _files(previous)} if previous else set()
+    except DataError:
+        return
+    old = previous["shard_dir"] if listed else None
+    if not old or old == current:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        held = {p[len(root) + 1 :] for p in fs.find(f"{root}/{old}")}
+        if held == listed:
+            fs.rm(f"{root}/{old}", recursive=True)
+
+
+def check_writable(url: str) -> dict | None:
     """One line unless ``url``'s store answers these credentials and its bucket exists (before a build, not
-    after it); returns the shard folder of the build already there, if any (``upload`` replaces it)."""
+    after it); returns the manifest of the build already there, if any (``upload`` replaces it)."""
     fs, root = filesystem(url)
     try:
         text = fs.cat_file(f"{root}/{MANIFEST}")
@@ -210,10 +224,18 @@ def check_writable(url: str) -> str | None:
                             "AWS_ENDPOINT_URL") from None
         except Exception:  # noqa: BLE001 - credentials that may write a prefix but not see the bucket: go on
             pass
+    if text is None:
+        return None
+    from albertlm.data.shards import FORMAT
+
     try:
-        return json.loads(text).get("shard_dir") if text is not None else None
-    except (ValueError, AttributeError):
-        return None  # a damaged manifest there: the new build replaces it (its old shard folder stays)
+        previous = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        previous = None
+    if not isinstance(previous, dict) or previous.get("format") != FORMAT:
+        raise DataError(f"{url} holds a {MANIFEST} that no `albertlm data build` wrote; a build replaces only its "
+                        "own: choose another --out (nothing was written)")
+    return previous
 
 
 def _reason(e: Exception) -> str:

@@ -335,6 +335,7 @@ def build_dataset(
     if dupe_factor < 1:
         raise UserError(f"--dupe-factor must be >= 1, got {dupe_factor}")
     refuse_model_dir(out_dir, "shards get a folder of their own: choose another --out")
+    _refuse_foreign_manifest(Path(out_dir))
     t0 = time.time()
     files = resolve_inputs(inputs, exclude)
     skipped: Counter = Counter()
@@ -515,16 +516,36 @@ def _remove_build(path: Path) -> None:
 
 
 def _previous_builds(out: Path) -> list[Path]:
-    """Folders earlier builds made in ``out``: the shard folder its manifest names, and any ``shards-*`` or
-    ``.tmp-*`` folder holding ``BUILD_MARK``. A folder of the user's is never among them."""
+    """Folders earlier builds made in ``out``: any ``shards-*`` or ``.tmp-*`` folder holding ``BUILD_MARK``,
+    and the shard folder the manifest names if it holds exactly the files that manifest lists, at their
+    sizes (a build from before the mark existed). A folder of the user's is never among them, whatever an
+    edited manifest names."""
     found = [p for pat in ("shards-*", ".tmp-*") for p in out.glob(pat) if (p / BUILD_MARK).is_file()]
     try:
-        named = out / json.loads((out / MANIFEST).read_text(encoding="utf-8"))["shard_dir"]
-        if named.parent == out and named.name.startswith("shards-") and named.is_dir() and named not in found:
-            found.append(named)  # a build from before the mark existed
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        m = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        listed = {name: f["bytes"] for name, f in shard_files(m, str(out / MANIFEST))}
+    except (OSError, ValueError):
+        return found
+    named = out / m["shard_dir"]
+    if named.is_dir() and not named.is_symlink() and named not in found:
+        held = {f"{named.name}/{p.name}": p for p in named.iterdir()}
+        if held.keys() == listed.keys() and all(p.is_file() and p.stat().st_size == listed[k] for k, p in held.items()):
+            found.append(named)
     return found
+
+
+def _refuse_foreign_manifest(out: Path) -> None:
+    """A manifest.json in ``out`` that no build wrote is the user's: one line before anything is built."""
+    path = out / MANIFEST
+    if not path.exists():
+        return
+    try:
+        ours = json.loads(path.read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise UserError(f"--out {out} holds a {MANIFEST} that no `albertlm data build` wrote; a build replaces only "
+                        "its own: choose another --out (nothing was written)")
 
 
 # ------------------------------------------------------------------------------------------------ reading

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from albertlm.card import CARD, read_card
 from albertlm.config import PRESETS, AlbertConfig
 from albertlm.errors import UserError
 from albertlm.files import write_text_atomic
@@ -235,8 +236,11 @@ def _run(task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s: S
 
 def _keep(src: Path, out: Path) -> None:
     """The best seed's model (its metrics.json and card too) become the run's own files in ``out``; the run's
-    metrics.jsonl stays the search's log."""
-    for name in (*FINAL_FILES, "metrics.json", "README.md"):
+    metrics.jsonl stays the search's log. A README.md of the user's own in ``out`` stays as it is."""
+    for name in (*FINAL_FILES, "metrics.json", CARD):
+        if name == CARD and not read_card(out)[1]:
+            _log.warning("%s is not an albertlm model card; left as it is (the best seed's is in %s)", out / CARD, src)
+            continue
         if (src / name).is_file():
             tmp = out / f".{name}.keep.tmp"
             shutil.copyfile(src / name, tmp)
