@@ -53,7 +53,7 @@ from albertlm.data.instances import (
 )
 from albertlm.data.tables import TABLE_FORMATS, TextColumns, iter_table_documents, table_bytes, table_format
 from albertlm.errors import SEED_BOUNDS, DataError, UserError
-from albertlm.files import publish, refuse_model_dir, sha256, staging_dir
+from albertlm.files import local_path, publish, refuse_model_dir, sha256, staging_dir
 
 _log = logging.getLogger(__name__)
 
@@ -323,6 +323,7 @@ def build_dataset(
     """
     from albertlm.data.remote import is_remote
 
+    out_dir = local_path(str(out_dir), "--out")  # a file:// URL is the folder it names
     if is_remote(out_dir):
         raise UserError(f"build_dataset writes a local folder, not {out_dir}: build inside "
                         "`with albertlm.data.remote.staged_upload(url) as folder:` (what `data build --out` does)")

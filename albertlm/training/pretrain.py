@@ -309,7 +309,10 @@ class Run:
 
     def __init__(self, cfg: PretrainConfig, resume: bool = False):
         from albertlm.data import PretrainingDataset, load_manifest
+        from albertlm.files import local_path
 
+        for name in ("out", "data", "valid_data", "init_from", "cache_dir"):  # file:// URLs: the paths they name
+            setattr(cfg, name, local_path(getattr(cfg, name), "--" + name.replace("_", "-")))
         self.cfg = cfg
         self.info = info = init_distributed(cfg.device)
         cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
