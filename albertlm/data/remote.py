@@ -94,8 +94,9 @@ def fetch(url: str, cache_dir: str | Path | None = None, cache_gb: float = 50.0,
     local = cache / key
     need = sum(f["bytes"] for _, f in _files(manifest))
     if need > cache_gb * 1e9:
-        raise DataError(f"{url} is {need / 1e9:.1f} GB, more than the cache's {cache_gb:g} GB (--cache-gb): every "
-                        "step may read any shard, so the whole build must fit; raise --cache-gb")  # fmt: skip
+        raise DataError(f"{url} is {_size(need)}, more than the cache's {_size(cache_gb * 1e9)} (--cache-gb "
+                        f"{cache_gb:g}): every step may read any shard, so the whole build must fit; raise "
+                        f"--cache-gb to at least {need / 1e9:.3g}")  # fmt: skip
     local.mkdir(parents=True, exist_ok=True)
     (local / CACHE_MARK).touch()
     with _locked(local / ".lock"):
@@ -148,8 +149,18 @@ def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int, url
         list(pool.map(get, _files(manifest)))
 
 
+def _size(n: float) -> str:
+    """Bytes for a message, in the unit that shows them (23.2 kB, not 0.0 GB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _evict(cache: Path, keep: Path, limit: float) -> None:
-    """Delete the least recently used cached builds (only folders the cache made) until the cache fits."""
+    """Delete the least recently used cached builds (only folders the cache made) until the cache fits, and
+    the staging folders of uploads whose process is gone."""
+    _sweep_uploads(cache.parent)
     entries = [p for p in cache.iterdir() if p.is_dir() and (p / CACHE_MARK).is_file()] if cache.is_dir() else []
     sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in entries}
     total = sum(sizes.values())
@@ -159,7 +170,7 @@ def _evict(cache: Path, keep: Path, limit: float) -> None:
         if p != keep:
             shutil.rmtree(p, ignore_errors=True)
             total -= sizes[p]
-            _log.info("cache: removed %s (least recently used) to stay within %.0f GB", p, limit / 1e9)
+            _log.info("cache: removed %s (least recently used) to stay within %s", p, _size(limit))
 
 
 @contextlib.contextmanager
@@ -242,15 +253,40 @@ def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
+UPLOAD_PREFIX, UPLOAD_LOCK = "upload-", ".albertlm-upload.lock"
+
+
 @contextlib.contextmanager
 def staged_upload(url: str, cache_dir: str | Path | None = None):
     """A local folder to build into; when the block ends without an error, its build goes to ``url``
-    (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build."""
+    (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build.
+    The folder's lock is held while it is in use, so one left by a killed process is known as such and removed
+    by the next upload or cache eviction (``_sweep_uploads``)."""
     import tempfile
 
     check_writable(url)
     base = cache_root(cache_dir).parent
     base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base, prefix="upload-") as tmp:
+    _sweep_uploads(base)
+    with tempfile.TemporaryDirectory(dir=base, prefix=UPLOAD_PREFIX, ignore_cleanup_errors=True) as tmp, \
+            open(Path(tmp) / f"{UPLOAD_LOCK}.tmp", "w") as lock:  # fmt: skip
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.replace(Path(tmp) / f"{UPLOAD_LOCK}.tmp", Path(tmp) / UPLOAD_LOCK)  # seen by a sweep only once held
         yield Path(tmp)
         upload(Path(tmp), url)
+
+
+def _sweep_uploads(base: Path) -> None:
+    """Remove the upload staging folders in ``base`` whose lock no process holds (their upload was killed);
+    a folder without the lock file is not one of ours and stays."""
+    for folder in base.glob(UPLOAD_PREFIX + "*") if base.is_dir() else []:
+        lock_path = folder / UPLOAD_LOCK
+        if not folder.is_dir() or not lock_path.is_file():
+            continue
+        try:
+            with open(lock_path) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken: its process is gone
+                shutil.rmtree(folder, ignore_errors=True)
+                _log.info("cache: removed %s, left by an interrupted upload", folder)
+        except (BlockingIOError, FileNotFoundError):
+            continue  # in use by a running upload, or just removed by another sweep
