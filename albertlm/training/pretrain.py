@@ -37,6 +37,7 @@ from albertlm.training.distributed import (
     cleanup,
     init_distributed,
     print0,
+    same_settings,
 )
 from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
@@ -315,6 +316,7 @@ class Run:
             setattr(cfg, name, local_path(getattr(cfg, name), "--" + name.replace("_", "-")))
         self.cfg = cfg
         self.info = info = init_distributed(cfg.device)
+        same_settings(info, {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "cache_dir")})
         cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
         cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
