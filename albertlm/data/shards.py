@@ -654,7 +654,7 @@ def _check_contents(sdir: Path, m: dict, mpath: Path) -> None:
         for index, data, less in pairs:
             arr = memmap(sdir / f"{i:05d}.{index}.bin", f[index])
             end = f[data]["count"] + less
-            if not len(arr) or arr[0] != 0 or arr[-1] != end or (len(arr) > 1 and np.any(np.diff(arr) < 0)):
+            if not len(arr) or arr[0] != 0 or arr[-1] != end or not _non_decreasing(arr):
                 raise DataFormatError(f"{sdir / f'{i:05d}.{index}.bin'} does not index {f'{i:05d}.{data}.bin'} "
                                       f"({f[data]['count']} entries); the build is damaged: build the data again")
         if m["mode"] == "static":
@@ -664,6 +664,14 @@ def _check_contents(sdir: Path, m: dict, mpath: Path) -> None:
                 raise DataFormatError(f"{mpath}: shards[{i}]'s instance counts disagree; build the data again")
         elif "wstart" in f and f["wstart"]["count"] != f["tokens"]["count"]:
             raise DataFormatError(f"{mpath}: shards[{i}].files.wstart.count is not tokens.count; build the data again")
+
+
+def _non_decreasing(arr: np.ndarray, block: int = 1 << 24) -> bool:
+    """``arr`` never decreases, read in blocks (an offsets file of a large build is gigabytes)."""
+    for i in range(0, max(len(arr) - 1, 0), block):
+        if np.any(np.diff(arr[i : i + block + 1]) < 0):
+            return False
+    return True
 
 
 def load_manifest(path: str | Path, verify: bool = False) -> dict:
