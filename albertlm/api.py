@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import UserError, check_settings
+from albertlm.files import local_path
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     from albertlm.training.search import search as run_search
     from albertlm.training.tracking import check_reachable
 
-    out, model = Path(out), str(model)
+    out, model = Path(local_path(str(out), "out")), local_path(str(model), "model")
+    data = local_path(str(data), "data")
     s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
     check_settings(s)  # each setting as its flag checks it, before any work
     if search is not None:
@@ -99,7 +101,7 @@ def _settings(base: Any, changes: dict[str, Any], cls: type, inference_cls: type
 
 
 def _path(value: str | Path | None) -> Path | None:
-    return Path(value) if value is not None else None
+    return Path(local_path(str(value))) if value is not None else None
 
 
 def load(model: str | Path, *, engine: str = "auto", device: str = "auto", precision: str = "auto",

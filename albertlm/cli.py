@@ -102,6 +102,23 @@ def _choose(group: argparse.ArgumentParser, action: argparse._SubParsersAction) 
     return 2
 
 
+# Arguments that name a file or folder: a file:// URL there is the local path it names (files.local_path).
+PATH_ARGS = ("data", "valid_data", "out", "input", "model", "tokenizer", "init_from", "cache_dir", "checkpoint",
+             "config", "corpus", "calibration", "eval_file", "train_file", "heldout", "vocab", "output", "dir", "run")
+
+
+def _file_urls(args: argparse.Namespace) -> None:
+    from albertlm.files import local_path
+
+    for name in PATH_ARGS:
+        value = getattr(args, name, None)
+        flag = name if name in ("dir", "run") else "--" + name.replace("_", "-")
+        if isinstance(value, str):
+            setattr(args, name, local_path(value, flag))
+        elif isinstance(value, list):
+            setattr(args, name, [local_path(v, flag) if isinstance(v, str) else v for v in value])
+
+
 def main(argv: list[str] | None = None) -> int:
     from albertlm import card
 
@@ -113,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _file_urls(args)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, so that a closed pipe (`albertlm params | head`) is caught below
         return code

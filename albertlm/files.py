@@ -56,6 +56,23 @@ def inside(folder: str | Path, name: object, where: str, error: type[Exception] 
     return path
 
 
+def local_path(value: str, flag: str = "the path") -> str:
+    """``value`` as a local path: a ``file://`` URL (``file:///x``, ``file://localhost/x``, ``file:/x``) is the
+    path it names, percent-escapes decoded, so it never becomes a folder literally called ``file:``; any other
+    value is returned as it is. A file URL naming another host is refused in one line."""
+    from urllib.parse import unquote, urlsplit
+
+    from albertlm.errors import UserError
+
+    if not isinstance(value, str) or not value[:5].lower() == "file:":
+        return value
+    url = urlsplit(value)
+    if url.netloc not in ("", "localhost") or not url.path.startswith("/"):
+        raise UserError(f"{flag} {value}: a file:// URL names a path on this machine (file:///abs/path); give the "
+                        "local path, or mount the other host's folder")
+    return unquote(url.path)
+
+
 def require_new_dir(path: str | Path, flag: str = "--out") -> Path:
     """``path`` unless it exists with something in it (a file, or a folder that is not empty): commands that
     write a whole directory in one go never write into one that holds anything already."""

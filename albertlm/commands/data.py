@@ -153,14 +153,12 @@ def _build(args: argparse.Namespace, tok, out, s, cfg) -> dict:  # noqa: ANN001
 
 def run_inspect(args: argparse.Namespace) -> int:
     from albertlm.data import PretrainingDataset
-    from albertlm.tokenizer import load_tokenizer
 
     ds = PretrainingDataset(args.dir, epoch=args.epoch, verify=args.verify)
     m = ds.manifest
     print(json.dumps({k: m[k] for k in ("mode", "tokenizer", "settings", "counts")}, indent=1))
     print(f"{len(ds)} instances at epoch {args.epoch} in {len(m['shards'])} shards")
-    tok_path = m["tokenizer"].get("path")
-    tok = load_tokenizer(tok_path) if tok_path and Path(tok_path).exists() else None
+    tok = _manifest_tokenizer(m["tokenizer"].get("path"))
     for i in range(min(args.num, len(ds))):
         x = ds[i]
         ids = x["input_ids"].tolist()
@@ -171,6 +169,24 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(text)
         print(f"targets: {tgt}")
     return 0
+
+
+def _manifest_tokenizer(path: object):  # noqa: ANN202
+    """The tokenizer the manifest names, to decode with, or None (ids are shown): the path is the build
+    machine's, and it may be gone, or not a tokenizer, here."""
+    import sys
+
+    from albertlm.errors import AlbertlmError
+    from albertlm.tokenizer import load_tokenizer
+
+    if not isinstance(path, str) or not path or not Path(path).exists():
+        return None
+    try:
+        return load_tokenizer(path)
+    except (AlbertlmError, OSError, RuntimeError, ValueError) as e:
+        print(f"warning: the manifest's tokenizer {path} does not load ({type(e).__name__}); showing ids",
+              file=sys.stderr)
+        return None
 
 
 def run_demo_corpus(args: argparse.Namespace) -> int:

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid "
                    "checkpoint (settings from its run_config.json; writes only into --out)")
+    p.add_argument("--allow-data-change", action="store_true", help="with --resume: go on although --data was "
+                   "rebuilt since the run started (refused otherwise: the saved data position would index other "
+                   "instances)")
     add_flags(p, PretrainConfig)
     add_model_overrides(p, groups=True)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = _config_from_args(args, dataclasses.replace(base, data=data, valid_data=valid))
     else:
         cfg = _config_from_args(args)
-    result = pretrain(cfg, resume=resume)
+    result = pretrain(cfg, resume=resume, allow_data_change=args.allow_data_change)
     if result.get("world_size", 1) > 1 and not _is_rank0():
         return 0
     valid = ""

@@ -60,11 +60,10 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 
 def _files(manifest: dict) -> list[tuple[str, dict]]:
-    """(path inside the build, its manifest entry) of every shard file, as ``load_manifest`` checks them."""
-    sdir = manifest["shard_dir"]
-    entries = [("word_start", manifest["word_start"])]
-    entries += [(f"{i:05d}.{k}", f) for i, s in enumerate(manifest["shards"]) for k, f in s["files"].items()]
-    return [(f"{sdir}/{name}.bin", f) for name, f in entries]
+    """(path inside the build, its manifest entry) of every shard file; the manifest was checked on arrival."""
+    from albertlm.data.shards import shard_files
+
+    return shard_files(manifest, MANIFEST)
 
 
 def _remote_manifest(fs: Any, root: str, url: str) -> dict:
@@ -76,11 +75,13 @@ def _remote_manifest(fs: Any, root: str, url: str) -> dict:
     except Exception as e:  # the client's own errors: credentials, endpoint, permissions
         raise DataError(f"{url}: cannot read {MANIFEST} ({_reason(e)}); check the credentials and AWS_ENDPOINT_URL "
                         "in the environment") from None
+    from albertlm.data.shards import shard_files
+
     try:
         manifest = json.loads(text)
-        _files(manifest)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{url}/{MANIFEST} is damaged ({e}); build the data again") from None
+    shard_files(manifest, f"{url.rstrip('/')}/{MANIFEST}")  # its names, counts and sizes, before any download
     return manifest
 
 
@@ -93,14 +94,15 @@ def fetch(url: str, cache_dir: str | Path | None = None, cache_gb: float = 50.0,
     local = cache / key
     need = sum(f["bytes"] for _, f in _files(manifest))
     if need > cache_gb * 1e9:
-        raise DataError(f"{url} is {need / 1e9:.1f} GB, more than the cache's {cache_gb:g} GB (--cache-gb): every "
-                        "step may read any shard, so the whole build must fit; raise --cache-gb")  # fmt: skip
+        raise DataError(f"{url} is {_size(need)}, more than the cache's {_size(cache_gb * 1e9)} (--cache-gb "
+                        f"{cache_gb:g}): every step may read any shard, so the whole build must fit; raise "
+                        f"--cache-gb to at least {need / 1e9:.3g}")  # fmt: skip
     local.mkdir(parents=True, exist_ok=True)
     (local / CACHE_MARK).touch()
     with _locked(local / ".lock"):
         if not _complete(local, manifest):
             t0 = time.time()
-            _download(fs, root, local, manifest, workers)
+            _download(fs, root, local, manifest, workers, url)
             write_text_atomic(local / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
             _log.info("fetched %s (%.1f MB) into %s in %.1f s", url, need / 1e6, local, time.time() - t0)
     os.utime(local / CACHE_MARK)  # most recently used
@@ -118,7 +120,7 @@ def _complete(local: Path, manifest: dict) -> bool:
     return all((local / name).is_file() and (local / name).stat().st_size == f["bytes"] for name, f in _files(manifest))
 
 
-def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> None:
+def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int, url: str) -> None:
     (local / MANIFEST).unlink(missing_ok=True)  # the copy is complete again only when the manifest is back
 
     def get(item: tuple[str, dict]) -> None:
@@ -128,7 +130,15 @@ def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> 
             return
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
-        fs.get_file(f"{root}/{name}", str(tmp))
+        try:
+            fs.get_file(f"{root}/{name}", str(tmp))
+        except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"{url.rstrip('/')}/{name} is missing from the store though its manifest lists it (deleted "
+                            "since the build?); build the data again") from None
+        except Exception as e:  # the client's own errors mid-download: permissions, a store gone
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"{url.rstrip('/')}/{name}: the download failed ({_reason(e)}); run again") from None
         if sha256(tmp) != entry["sha256"]:
             tmp.unlink(missing_ok=True)
             raise DataError(f"{root}/{name} does not match the sha256 its manifest records: the object is "
@@ -139,8 +149,18 @@ def _download(fs: Any, root: str, local: Path, manifest: dict, workers: int) -> 
         list(pool.map(get, _files(manifest)))
 
 
+def _size(n: float) -> str:
+    """Bytes for a message, in the unit that shows them (23.2 kB, not 0.0 GB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _evict(cache: Path, keep: Path, limit: float) -> None:
-    """Delete the least recently used cached builds (only folders the cache made) until the cache fits."""
+    """Delete the least recently used cached builds (only folders the cache made) until the cache fits, and
+    the staging folders of uploads whose process is gone."""
+    _sweep_uploads(cache.parent)
     entries = [p for p in cache.iterdir() if p.is_dir() and (p / CACHE_MARK).is_file()] if cache.is_dir() else []
     sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in entries}
     total = sum(sizes.values())
@@ -150,7 +170,7 @@ def _evict(cache: Path, keep: Path, limit: float) -> None:
         if p != keep:
             shutil.rmtree(p, ignore_errors=True)
             total -= sizes[p]
-            _log.info("cache: removed %s (least recently used) to stay within %.0f GB", p, limit / 1e9)
+            _log.info("cache: removed %s (least recently used) to stay within %s", p, _size(limit))
 
 
 @contextlib.contextmanager
@@ -176,14 +196,28 @@ def upload(local: Path, url: str, workers: int = 8) -> None:
     except Exception as e:  # the client's own errors: permissions, quota, a store gone mid-upload
         raise DataError(f"{url}: the upload failed ({_reason(e)}); the build there is unchanged (its manifest.json "
                         "is written last), so run the build again") from None
-    if previous and previous != manifest["shard_dir"] and re.fullmatch(r"shards-[\w-]+", previous):
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(f"{root}/{previous}", recursive=True)
+    _remove_previous(fs, root, previous, manifest["shard_dir"])
 
 
-def check_writable(url: str) -> str | None:
+def _remove_previous(fs: Any, root: str, previous: dict | None, current: str) -> None:
+    """Delete the shard folder of the build ``previous`` (the manifest the store held before), if it holds
+    exactly the objects that manifest lists: an edited manifest naming other objects deletes nothing."""
+    try:
+        listed = {name for name, _ in _files(previous)} if previous else set()
+    except DataError:
+        return
+    old = previous["shard_dir"] if listed else None
+    if not old or old == current:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        held = {p[len(root) + 1 :] for p in fs.find(f"{root}/{old}")}
+        if held == listed:
+            fs.rm(f"{root}/{old}", recursive=True)
+
+
+def check_writable(url: str) -> dict | None:
     """One line unless ``url``'s store answers these credentials and its bucket exists (before a build, not
-    after it); returns the shard folder of the build already there, if any (``upload`` replaces it)."""
+    after it); returns the manifest of the build already there, if any (``upload`` replaces it)."""
     fs, root = filesystem(url)
     try:
         text = fs.cat_file(f"{root}/{MANIFEST}")
@@ -201,25 +235,58 @@ def check_writable(url: str) -> str | None:
                             "AWS_ENDPOINT_URL") from None
         except Exception:  # noqa: BLE001 - credentials that may write a prefix but not see the bucket: go on
             pass
+    if text is None:
+        return None
+    from albertlm.data.shards import FORMAT
+
     try:
-        return json.loads(text).get("shard_dir") if text is not None else None
-    except (ValueError, AttributeError):
-        return None  # a damaged manifest there: the new build replaces it (its old shard folder stays)
+        previous = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        previous = None
+    if not isinstance(previous, dict) or previous.get("format") != FORMAT:
+        raise DataError(f"{url} holds a {MANIFEST} that no `albertlm data build` wrote; a build replaces only its "
+                        "own: choose another --out (nothing was written)")
+    return previous
 
 
 def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
+UPLOAD_PREFIX, UPLOAD_LOCK = "upload-", ".albertlm-upload.lock"
+
+
 @contextlib.contextmanager
 def staged_upload(url: str, cache_dir: str | Path | None = None):
     """A local folder to build into; when the block ends without an error, its build goes to ``url``
-    (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build."""
+    (``upload``) and the folder is removed. The store is checked first: a bad URL fails before the build.
+    The folder's lock is held while it is in use, so one left by a killed process is known as such and removed
+    by the next upload or cache eviction (``_sweep_uploads``)."""
     import tempfile
 
     check_writable(url)
     base = cache_root(cache_dir).parent
     base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base, prefix="upload-") as tmp:
+    _sweep_uploads(base)
+    with tempfile.TemporaryDirectory(dir=base, prefix=UPLOAD_PREFIX, ignore_cleanup_errors=True) as tmp, \
+            open(Path(tmp) / f"{UPLOAD_LOCK}.tmp", "w") as lock:  # fmt: skip
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.replace(Path(tmp) / f"{UPLOAD_LOCK}.tmp", Path(tmp) / UPLOAD_LOCK)  # seen by a sweep only once held
         yield Path(tmp)
         upload(Path(tmp), url)
+
+
+def _sweep_uploads(base: Path) -> None:
+    """Remove the upload staging folders in ``base`` whose lock no process holds (their upload was killed);
+    a folder without the lock file is not one of ours and stays."""
+    for folder in base.glob(UPLOAD_PREFIX + "*") if base.is_dir() else []:
+        lock_path = folder / UPLOAD_LOCK
+        if not folder.is_dir() or not lock_path.is_file():
+            continue
+        try:
+            with open(lock_path) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken: its process is gone
+                shutil.rmtree(folder, ignore_errors=True)
+                _log.info("cache: removed %s, left by an interrupted upload", folder)
+        except (BlockingIOError, FileNotFoundError):
+            continue  # in use by a running upload, or just removed by another sweep

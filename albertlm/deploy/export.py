@@ -67,13 +67,16 @@ from albertlm.deploy.inference import (
 from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
 from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
 from albertlm.errors import DataError, UserError
-from albertlm.files import publish, sha256, staging_dir
+from albertlm.files import publish, sha256, staging_dir, write_text_atomic
 from albertlm.heads import HEADS
 
 FP32_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 OPENVINO_INT8_FILE = "model.openvino-int8.xml"  # + .bin: NNCF's static int8, for --engine openvino
 CALIBRATION_SIZE = 300  # inputs read for int8 calibration (NNCF's own default subset)
 EXPORT_MARK = ".albertlm-export"  # in an export's temp folder: a killed export's leftovers are ours to remove
+# In --out: {file: [sha256, ...]} of what exports wrote there. Only a file whose bytes still match a checksum
+# recorded for it is replaced or deleted by a later export; anything else in --out is the user's.
+WRITTEN = ".albertlm-export-written.json"
 DEFAULT_OPSET = 17
 # ORT op types quantized: MatMul/Gemm are the encoder and heads; Gather is the V x E embedding table,
 # which is a third of albert-base's weights and stays fp32 under the default op types.
@@ -188,6 +191,7 @@ def export_onnx(
     require("onnxruntime")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_request(out_dir, quantize, graph, calibration)
+    _refuse_foreign(out_dir, [FP32_FILE, "config.json", *([INT8_FILE] if quantize else [])], _ours(out_dir))
     reference_device = resolve_device(device)  # a GPU that is not there: one line before anything is written
     arch = architecture_of(model_dir)
     tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
@@ -287,22 +291,59 @@ def _staging(out: Path):
 
 def _swap_in(tmp: Path, out: Path, written: list[str], manifest: dict[str, Any]) -> None:
     """Move a finished export into ``out``: the old manifest goes first and the new one comes last, so a
-    reader sees the old export, no export, or the new one; files of the old export not rewritten go too."""
-    old_files: set[str] = set()
-    try:
-        old = json.loads((out / MANIFEST_FILE).read_text())
-        old_files = set(old.get("sha256", {})) | set(old.get("files", {}).values())
-        # an earlier web export's page files, unless edited since (then they are the user's: they stay)
-        page = old.get("web", {}).get("files", {})
-        old_files |= {n for n, digest in page.items() if isinstance(n, str) and "/" not in n
-                      and (out / n).is_file() and sha256(out / n) == digest}  # fmt: skip
-    except (OSError, ValueError, AttributeError):
-        pass
+    reader sees the old export, no export, or the new one; files of the old export not rewritten go too.
+    Only files an earlier export wrote (``_ours``) are replaced or deleted: another is refused before any."""
+    ours = _ours(out)
+    _refuse_foreign(out, written, ours)
+    staged = {name: sha256(tmp / name) for name in written}
+    # the record first: killed from here on, every file this export may have put in place is still known as ours
+    _write_record(out, {n: sorted({*ours.get(n, []), *([staged[n]] if n in staged else [])}) for n in {*ours, *staged}})
     (out / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in old_files - set(written) - {MANIFEST_FILE}:
-        if "/" not in name and (out / name).is_file():
-            (out / name).unlink()
+    for name in set(ours) - set(written) - {MANIFEST_FILE}:
+        (out / name).unlink(missing_ok=True)
     publish(tmp, out, names=written, manifest=out / MANIFEST_FILE, text=json.dumps(manifest, indent=2) + "\n")
+    _write_record(out, {**{n: [d] for n, d in staged.items()}, MANIFEST_FILE: [sha256(out / MANIFEST_FILE)]})
+
+
+def _write_record(out: Path, record: dict[str, list[str]]) -> None:
+    write_text_atomic(out / WRITTEN, json.dumps(dict(sorted(record.items())), indent=1) + "\n", durable=True)
+
+
+def _ours(out: Path) -> dict[str, list[str]]:
+    """{file: its recorded checksums} of the files in ``out`` an earlier export wrote and nobody changed since:
+    named by the record (or, for an export made before it, by its deploy.json's sha256), a plain name, and
+    its bytes one of the checksums recorded for it. An edited deploy.json can name any file, so it is read
+    only where no record is."""
+    recorded: Any = None
+    try:
+        recorded = json.loads((out / WRITTEN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        try:
+            old = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))
+            recorded = {n: [d] for n, d in old["sha256"].items()}
+            recorded[MANIFEST_FILE] = [sha256(out / MANIFEST_FILE)] if old.get("architecture") else []
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+    if not isinstance(recorded, dict):
+        return {}
+    ours = {}
+    for name, digests in recorded.items():
+        if not isinstance(name, str) or not isinstance(digests, list) or Path(name).name != name or \
+                name in ("", ".", "..") or not (out / name).is_file() or (out / name).is_symlink():
+            continue
+        if name == MANIFEST_FILE or sha256(out / name) in digests:  # (deploy.json, edited or not, is the export's)
+            ours[name] = digests
+    return ours
+
+
+def _refuse_foreign(out: Path, names: list[str], ours: dict[str, list[str]]) -> None:
+    """One line, before anything in ``out`` changes, if a file this export writes is there and not ``ours``
+    (the user's, or one of ours edited since); the model card is ``update_card``'s to judge."""
+    foreign = [n for n in [*names, MANIFEST_FILE] if n != CARD and (out / n).exists() and n not in ours]
+    if foreign:
+        raise UserError(f"--out {out} holds {', '.join(sorted(set(foreign)))}, which no earlier export wrote (or which "
+                        "changed since); an export replaces only its own files: move them away or choose another --out "
+                        "(nothing was written)")
 
 
 def _copy_tokenizer(src: Path, out_dir: Path) -> bool:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from albertlm.errors import UserError
-from albertlm.files import sha256
 
 # The JavaScript runtime the page is written and tested against (web/package.json pins the same; a test
 # checks that they agree).
@@ -86,9 +85,9 @@ def page_settings(model_dir: Path, tokenizer_dir: Path | None) -> dict[str, Any]
 
 def write_web(folder: Path, manifest: dict[str, Any], settings: dict[str, Any], runtime: dict[str, Path] | None,
               precision: str) -> list[str]:  # fmt: skip
-    """Write the page, its tokenizer and runtime into the export's staging ``folder`` and add the web section,
-    which records them with their sha256 (a later export replaces them only while unedited); returns their
-    names, which the engines here do not read (left out of deploy.json's checksums)."""
+    """Write the page, its tokenizer and runtime into the export's staging ``folder`` and add the web section;
+    returns their names, which the engines here do not read (left out of deploy.json's checksums; the export's
+    record of what it wrote still covers them, so a later export replaces a page file only while unedited)."""
     tok = settings.pop("tokenizer")
     text, digit_comma = tok.browser_json()
     (folder / TOKENIZER_FILE).write_text(text, encoding="utf-8")
@@ -115,26 +114,8 @@ def write_web(folder: Path, manifest: dict[str, Any], settings: dict[str, Any], 
     (folder / "index.html").write_text(html.substitute(ort=ort_js, tokenizers=tokenizers_js, wasm=wasm,
                                                        kind=settings["kind"]), encoding="utf-8")  # fmt: skip
     shutil.copyfile(PAGE / "albert.js", folder / "albert.js")
-    names = [*PAGE_FILES, TOKENIZER_FILE, *(runtime or ())]
-    web["files"] = {name: sha256(folder / name) for name in names}
     manifest["web"] = web
-    return names
-
-
-def refuse_users_page(out: Path) -> None:
-    """A page file of the user's own in --out stays: one no earlier web export wrote, or one edited since (its
-    sha256 is no longer the one deploy.json's web section records)."""
-    try:
-        ours = json.loads((out / "deploy.json").read_text(encoding="utf-8"))["web"]["files"]
-        ours = ours if isinstance(ours, dict) else {}
-    except (OSError, ValueError, KeyError, TypeError):
-        ours = {}
-    for name in (*PAGE_FILES, TOKENIZER_FILE, *(n for _, _, n in RUNTIME_FILES)):
-        path = out / name
-        if path.exists() and not (path.is_file() and ours.get(name) == sha256(path)):
-            why = "was edited since the export wrote it" if name in ours else "was not written by an albertlm export"
-            raise UserError(f"--out {out}: its {name} {why}; move it away or choose another --out (an export "
-                            "replaces only the files it wrote)")  # fmt: skip
+    return [*PAGE_FILES, TOKENIZER_FILE, *(runtime or ())]
 
 
 def export_web(model_dir: str | Path, out_dir: str | Path, quantize: str | None = None,
@@ -146,7 +127,6 @@ def export_web(model_dir: str | Path, out_dir: str | Path, quantize: str | None 
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     files = check_runtime(runtime) if runtime is not None else None
-    refuse_users_page(out_dir)
     settings = page_settings(model_dir, Path(tokenizer_dir) if tokenizer_dir else None)
     precision = "int8" if quantize == "int8" else "fp32"
     return export_onnx(model_dir, out_dir, quantize=quantize, tokenizer_dir=tokenizer_dir,

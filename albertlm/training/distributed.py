@@ -78,6 +78,33 @@ def init_distributed(device: str | None = None, timeout_s: int = 300) -> DistInf
     return DistInfo(enabled, rank, local, world, dev)
 
 
+def same_settings(info: DistInfo, settings: dict) -> None:
+    """Stop every rank with the same one line when the processes of one job were started with other settings
+    (each torchrun agent runs its own command line: a host started with another --lr would train with it
+    while rank 0 records its own, or the ranks' collectives would stop disagreeing mid-run). Each rank's
+    settings' sha256 is exchanged right after the process group starts, before anything is written; where
+    they differ, the settings themselves are gathered to name what differs."""
+    if not info.enabled:
+        return
+    import hashlib
+    import json
+
+    from albertlm.errors import UserError
+
+    text = json.dumps(settings, sort_keys=True, default=str)
+    digests: list = [None] * info.world_size
+    dist.all_gather_object(digests, hashlib.sha256(text.encode()).hexdigest())
+    if len(set(digests)) == 1:
+        return
+    every: list = [None] * info.world_size
+    dist.all_gather_object(every, json.loads(text))
+    differ = sorted({k for theirs in every for k in {*theirs, *every[0]} if theirs.get(k) != every[0].get(k)})
+    shown = "; ".join("--" + k.replace("_", "-") + " " + ", ".join(
+        f"{every[r].get(k)!r} on rank {r}" for r in range(info.world_size)) for k in differ[:3])  # fmt: skip
+    raise UserError(f"the processes of this job were started with other settings ({shown}); start the command "
+                    "with the same flags on every host (nothing was written)")
+
+
 def cleanup(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

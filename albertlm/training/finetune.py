@@ -54,7 +54,7 @@ from albertlm.tasks import metrics
 from albertlm.tasks.kinds import NULL_THRESHOLD_KEY, InferenceSettings, kind_of
 from albertlm.tasks.registry import Task
 from albertlm.tokenizer import Tokenizer, load_tokenizer
-from albertlm.training.distributed import DistInfo, all_reduce_sum, cleanup, init_distributed
+from albertlm.training.distributed import DistInfo, all_reduce_sum, cleanup, init_distributed, same_settings
 from albertlm.training.finetune_data import Data
 from albertlm.training.optim import build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
@@ -239,6 +239,8 @@ def train(
     check_out(out, model_arg, overwrite, resume)
     info = init_distributed(s.device)
     try:
+        same_settings(info, {"model": model_arg, "out": str(out), **{k: v for k, v in asdict(s).items()
+                                                                    if k != "progress"}})  # fmt: skip
         run = FineTuning(task, data, model_arg, tok, out, s, info, on_eval)
         if resume:
             run.resume()

@@ -37,6 +37,7 @@ from albertlm.training.distributed import (
     cleanup,
     init_distributed,
     print0,
+    same_settings,
 )
 from albertlm.training.optim import SCHEDULES, build_optimizer, build_scheduler
 from albertlm.training.precision import TRAINING_PRECISIONS
@@ -307,11 +308,15 @@ def _check_same_vocabulary(model_dir: str, data: str, tok: dict[str, Any]) -> No
 class Run:
     """Everything a run holds; ``train()`` is the loop."""
 
-    def __init__(self, cfg: PretrainConfig, resume: bool = False):
+    def __init__(self, cfg: PretrainConfig, resume: bool = False, allow_data_change: bool = False):
         from albertlm.data import PretrainingDataset, load_manifest
+        from albertlm.files import local_path
 
+        for name in ("out", "data", "valid_data", "init_from", "cache_dir"):  # file:// URLs: the paths they name
+            setattr(cfg, name, local_path(getattr(cfg, name), "--" + name.replace("_", "-")))
         self.cfg = cfg
         self.info = info = init_distributed(cfg.device)
+        same_settings(info, {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "cache_dir")})
         cfg.device = info.device.type if info.enabled else str(info.device)  # (each rank's own GPU under torchrun)
         cfg.precision = resolve_precision(cfg.precision, info.device)  # run_config.json records what ran
         self.acc = cfg.validate(info.world_size)
@@ -328,6 +333,10 @@ class Run:
         manifest = load_manifest(data, verify=cfg.verify_data)
         self.dataset = PretrainingDataset(data)
         self.valid = PretrainingDataset(valid, verify=cfg.verify_data) if valid else None
+        self.data_identity = {"data": data_identity(manifest),
+                              "valid_data": data_identity(self.valid.manifest) if self.valid else None}
+        if resume:
+            self._check_same_data(allow_data_change)
         self.task = manifest["settings"].get("task", "sop")
         tok = manifest["tokenizer"]
         self.tokenizer_path = tok.get("path")
@@ -363,6 +372,24 @@ class Run:
         self.step, self.tokens_seen = 0, 0
         self.resumed_from: tuple[str, int] | None = None  # (checkpoint, its world size) after resume()
         self.batches = StepBatches(self.dataset, cfg, info, self.acc)
+
+    def _check_same_data(self, allow: bool) -> None:
+        """--resume goes on with the data the run started with: the data position (epoch, step in epoch) and
+        the per-epoch order index its instances, so a rebuilt folder (other text, another count) would silently
+        continue on other data. Refused in one line unless ``allow`` (--allow-data-change)."""
+        recorded = rundir.recorded_data_identity(self.out)
+        for name, now in self.data_identity.items():
+            then = recorded.get(name)
+            if then is None or then == now:  # (a run recorded before identities were: nothing to compare)
+                continue
+            flag = "--" + name.replace("_", "-")
+            if not allow:
+                raise TrainingError(f"--resume: {flag} {getattr(self.cfg, name)} changed since the run started (its "
+                                    f"manifest's sha256 {then[:12]} is now {now[:12]}: rebuilt?), so the saved data "
+                                    "position would index other instances; restore that data, or continue on it on "
+                                    "purpose with --allow-data-change")  # fmt: skip
+            print0(self.info, f"--allow-data-change: {flag} {getattr(self.cfg, name)} changed since the run started; "
+                              "continuing on it (the data position now indexes other instances)")  # fmt: skip
 
     def _local(self, path: str | None) -> str | None:
         """A local folder for ``path``: itself, or for object storage its copy in the cache (albertlm.data.remote;
@@ -466,7 +493,7 @@ class Run:
         cfg, info = self.cfg, self.info
         self.out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            rundir.write_config(cfg, self.out, self.run_id)
+            rundir.write_config(cfg, self.out, self.run_id, self.data_identity)
         model = self.stepper.forward
         metrics = Tracker(self.out, cfg.report_to, name=self.out.name, params=dataclasses.asdict(cfg),
                           resumed_step=self.step if self.step else None, enabled=info.is_main)
@@ -585,12 +612,26 @@ def load_run_config(out: str | Path) -> PretrainConfig:
     return PretrainConfig(**{k: v for k, v in saved.items() if k in fields}, out=str(out))
 
 
-def pretrain(cfg: PretrainConfig, resume: bool | str = False) -> dict[str, Any]:
+def data_identity(manifest: dict) -> str:
+    """A build's identity: the sha256 of what its manifest says the instances are made of (every shard file's
+    checksum, the mode, settings and vocabulary), not where or when it was built: a build of the same text
+    with the same settings (builds are deterministic) is the same data, here or on an object store."""
+    import hashlib
+    import json
+
+    what = {"mode": manifest["mode"], "token_dtype": manifest["token_dtype"], "settings": manifest["settings"],
+            "vocabulary": manifest["tokenizer"].get("fingerprint"), "word_start": manifest["word_start"]["sha256"],
+            "shards": [{k: f["sha256"] for k, f in s["files"].items()} for s in manifest["shards"]]}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def pretrain(cfg: PretrainConfig, resume: bool | str = False, allow_data_change: bool = False) -> dict[str, Any]:
     """Run (or resume) a pretraining run; returns the final summary. Cleans up the process group.
+    ``allow_data_change``: resume although the data was rebuilt since the run started (refused otherwise).
 
     ``resume="auto"`` is a restart by torchrun's elastic agent (a host failed, left or joined): the run goes on
     from its newest valid checkpoint at the new world size, or from step 0 when none was written yet."""
-    run = Run(cfg, bool(resume))
+    run = Run(cfg, bool(resume), allow_data_change)
     try:
         if resume and not run.resume():
             if resume != "auto":

@@ -55,11 +55,13 @@ def settings_json(cfg: Any, run_dir: Path) -> dict[str, Any]:
     return settings
 
 
-def write_config(cfg: Any, run_dir: Path, run_id: str) -> None:
+def write_config(cfg: Any, run_dir: Path, run_id: str, data_identity: dict[str, str | None] | None = None) -> None:
     """run_config.json, written to a temp name and renamed; under torchrun with an ``--rdzv-id`` of the user's,
-    that job id too (``elastic_job``: a worker of the same job that finds the run here continues it)."""
+    that job id too (``elastic_job``: a worker of the same job that finds the run here continues it), and the
+    identity of the data it trains on (``data_identity``: its manifests' checksums, which --resume compares)."""
     job = elastic_job()
-    record = {"run_id": run_id, **({"elastic_job": job} if job else {}), **settings_json(cfg, run_dir)}
+    record = {"run_id": run_id, **({"elastic_job": job} if job else {}),
+              **({"data_identity": data_identity} if data_identity else {}), **settings_json(cfg, run_dir)}
     write_text_atomic(run_dir / RUN_CONFIG, json.dumps(record, indent=1))
 
 
@@ -95,11 +97,21 @@ def read_config(run_dir: str | Path) -> tuple[dict[str, Any], str | None]:
         raise UserError(f"--resume: {path} is unreadable ({e}); restore it from a copy, or start afresh with "
                         "--overwrite") from None
     run_id = saved.pop("run_id", None)
+    saved.pop("data_identity", None)  # (a record, not a setting: recorded_data_identity reads it)
     for name in PATH_FIELDS:
         value = saved.get(name)
         if value and not is_remote(value) and not Path(value).is_absolute():
             saved[name] = str(run_dir / value)
     return saved, run_id
+
+
+def recorded_data_identity(run_dir: Path) -> dict[str, Any]:
+    """The data identity run_config.json records ({} for a run from before it was recorded)."""
+    try:
+        found = json.loads((Path(run_dir) / RUN_CONFIG).read_text(encoding="utf-8")).get("data_identity")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def holds_run(run_dir: Path) -> list[str]:

@@ -8,9 +8,10 @@ pruned at that evaluation. The best setting is then trained again with ``--searc
 report shows how much of the score is the seed: their mean, spread and best. The best seed's model becomes
 the run's model in ``--out``.
 
-    RUN/search.db          the Optuna study (SQLite): run the same command again to resume it
-    RUN/trials/NNN/        one fine-tuning run per trial
-    RUN/seeds/seed_S/      the best setting under seed S
+    RUN/search.db          the Optuna study (SQLite): run the same command again to resume it (the choices
+                           its trials ran under are recorded in it; resuming under others is refused)
+    RUN/trials/NNN/        one fine-tuning run per trial (search_run.json: the trial and seed it ran for)
+    RUN/seeds/seed_S/      the best setting under seed S (retrained when search_run.json names another trial)
     RUN/search.json, search.md, search.png     every trial and seed, the table and the curve
     RUN/config.json, model.safetensors, ...    the best seed's model (and its metrics.json)
 """
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from albertlm.card import CARD, read_card
 from albertlm.config import PRESETS, AlbertConfig
 from albertlm.errors import UserError
 from albertlm.files import write_text_atomic
@@ -92,9 +94,23 @@ def check_search(ss: SearchSettings, model_arg: str, overrides: dict[str, Any]) 
     if importlib.util.find_spec("optuna") is None:
         raise UserError("--search needs optuna; pip install 'albertlm[search]'")
     lr_range(model_arg, overrides, ss.search_lr)
-    _pair(ss.search_warmup, "search-warmup")
-    _pair(ss.search_epochs, "search-epochs")
+    _warmup(ss.search_warmup)
+    _epochs(ss.search_epochs)
     _batch_sizes(ss.search_batch_sizes)
+
+
+def _warmup(text: str) -> tuple[float, float]:
+    low, high = _pair(text, "search-warmup")
+    if high > 1:
+        raise UserError(f"--search-warmup {text!r}: warmup is a fraction of the steps, from 0 to 1")
+    return low, high
+
+
+def _epochs(text: str) -> tuple[float, float]:
+    low, high = _pair(text, "search-epochs")
+    if low <= 0:
+        raise UserError(f"--search-epochs {text!r}: a trial trains for more than 0 epochs, e.g. 1,4")
+    return low, high
 
 
 def _batch_sizes(text: str) -> list[int]:
@@ -145,6 +161,7 @@ def search(task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s:
     # a resumed study must not draw the first run's samples again: the sampler's seed moves with the history
     study.sampler = optuna.samplers.TPESampler(seed=s.seed + len(study.trials))
     space = _space(ss, model_arg, s)
+    _same_choices(study, _choices(space, ss, s), out)
     state = optuna.trial.TrialState
     for stale in [t for t in study.trials if t.state == state.RUNNING]:  # its process was stopped: resume anew
         study.tell(stale.number, state=state.FAIL)
@@ -155,23 +172,29 @@ def search(task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s:
             tracker.log(_trial_row(t), split="trial")
         for _ in range(max(0, ss.search - len(done))):
             trial = study.ask()
-            params = _suggest(trial, space)
             try:
-                score = _run(task, data, model_arg, tok, out / "trials" / f"{trial.number:03d}", s, ss, params,
-                             s.seed, Pruning(trial))  # fmt: skip
+                params = _suggest(trial, space)
+                score = _trial(task, data, model_arg, tok, out / "trials" / f"{trial.number:03d}", s, ss, params,
+                               trial)  # fmt: skip
                 study.tell(trial, score)
             except optuna.TrialPruned:
                 study.tell(trial, state=state.PRUNED)
+            except BaseException:  # (an error, or the user's Ctrl-C): never left RUNNING in the study
+                study.tell(trial, state=state.FAIL)
+                raise
             tracker.log(_trial_row(study.trials[trial.number]), split="trial")
         complete = [t for t in study.trials if t.state == state.COMPLETE]
         if not complete:
-            raise UserError(f"every one of the {len(study.trials)} trials was pruned (diverged or hopeless): "
-                            "try a lower --search-lr range or more --search-evals")  # fmt: skip
+            lr = f"--search-lr {ss.search_lr}" if ss.search_lr else f"the default --search-lr {_shown(space['lr'])}"
+            why = "; ".join(sorted({t.user_attrs.get("pruned_because", "hopeless") for t in study.trials}))
+            raise UserError(f"every one of the {len(study.trials)} trials was pruned ({why}): try a lower range than "
+                            f"{lr}, or more --search-evals")  # fmt: skip
         best = study.best_trial
         seeds = {}
         for i in range(ss.search_seeds):
             seed = s.seed + i
-            seeds[seed] = _run(task, data, model_arg, tok, out / "seeds" / f"seed_{seed}", s, ss, best.params, seed)
+            seeds[seed] = _run(task, data, model_arg, tok, out / "seeds" / f"seed_{seed}", s, ss, best.params, seed,
+                               trial=best.number)  # fmt: skip
             tracker.log({"step": len(study.trials) + i, "score": seeds[seed], "seed": seed}, split="seed")
         result = _report(study, best, seeds, task, space)
         _keep(out / "seeds" / f"seed_{result['seeds']['best_seed']}", out)
@@ -206,10 +229,39 @@ def _claim(out: Path, model_arg: str, overwrite: bool) -> None:
 def _space(ss: SearchSettings, model_arg: str, s: Settings) -> dict[str, Any]:
     space: dict[str, Any] = {"lr": lr_range(model_arg, s.config_overrides, ss.search_lr),
                              "batch_size": _batch_sizes(ss.search_batch_sizes),
-                             "warmup": _pair(ss.search_warmup, "search-warmup")}  # fmt: skip
+                             "warmup": _warmup(ss.search_warmup)}  # fmt: skip
     if s.max_steps is None:
-        space["epochs"] = _pair(ss.search_epochs, "search-epochs")
+        space["epochs"] = _epochs(ss.search_epochs)
     return space
+
+
+def _choices(space: dict[str, Any], ss: SearchSettings, s: Settings) -> dict[str, Any]:
+    """What a study's trials are comparable under, by the flag that sets it: the space searched and how each
+    trial trains and is scored. Recorded in the study; resuming it under other choices is refused."""
+    return {"--search-lr": list(space["lr"]), "--search-batch-sizes": list(space["batch_size"]),
+            "--search-warmup": list(space["warmup"]), "--search-epochs": list(space.get("epochs", [])),
+            "--search-evals": ss.search_evals, "--max-steps": s.max_steps,
+            "--max-seq-length": s.inference.max_seq_length, "--seed": s.seed}  # fmt: skip
+
+
+def _same_choices(study: Any, choices: dict[str, Any], out: Path) -> None:
+    recorded = study.user_attrs.get("choices")
+    if recorded is None:
+        if study.trials:
+            return  # a study from before choices were recorded: nothing to compare
+        study.set_user_attr("choices", choices)
+        return
+    changed = [f"{flag} was {_shown(recorded.get(flag))}, now {_shown(now)}" for flag, now in choices.items()
+               if recorded.get(flag) != now]  # fmt: skip
+    if changed:
+        raise UserError(f"the search in {out} ran its trials with other choices ({'; '.join(changed)}): their scores "
+                        "would not compare; resume it with the same flags, or start another search (another --out, "
+                        "or --overwrite)")  # fmt: skip
+
+
+def _shown(value: Any) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) if isinstance(value, list) else \
+        str(value)
 
 
 def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
@@ -221,22 +273,61 @@ def _suggest(trial: Any, space: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _trial(task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s: Settings, ss: SearchSettings,
+           params: dict[str, Any], trial: Any) -> float:  # fmt: skip
+    """One trial's run; pruned (TrialPruned, the reason in its user attrs) when it diverges (its loss or
+    gradient stays non-finite, which ends a run) or its dev score is not a number."""
+    import optuna
+
+    from albertlm.errors import NonFiniteOutput, TrainingError
+
+    try:
+        score = _run(task, data, model_arg, tok, out, s, ss, params, s.seed, Pruning(trial), trial=trial.number)
+    except (TrainingError, NonFiniteOutput) as e:  # the run's stop on non-finite steps, or NaN logits on dev
+        if "non-finite" not in str(e):
+            raise
+        trial.set_user_attr("pruned_because", f"diverged at lr {params['lr']:.3g} (non-finite loss or gradient)")
+        raise optuna.TrialPruned(str(e)) from None
+    if not math.isfinite(score):
+        trial.set_user_attr("pruned_because", f"dev {task.main_metric} is {score}")
+        raise optuna.TrialPruned(f"dev {task.main_metric} is {score}")
+    return score
+
+
+RUN_RECORD = "search_run.json"  # in each trial and seed folder: the trial and seed its model was trained for
+
+
 def _run(task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s: Settings, ss: SearchSettings,
-         params: dict[str, Any], seed: int, on_eval: Any = None) -> float:  # fmt: skip
-    """One fine-tuning run with ``params``; its best dev score. A finished run (metrics.json) is not redone."""
-    if (out / "metrics.json").exists():
+         params: dict[str, Any], seed: int, on_eval: Any = None, trial: int | None = None) -> float:  # fmt: skip
+    """One fine-tuning run with ``params``; its best dev score. A finished run (metrics.json) trained for this
+    trial, seed and parameters (its RUN_RECORD says so) is not redone; any other is trained again, so the
+    model kept is the one the report names."""
+    record = {"trial": trial, "seed": seed, "params": params}
+    if (out / "metrics.json").exists() and _read_record(out) == record:
         return float(json.loads((out / "metrics.json").read_text())["metrics"][task.main_metric])
-    trial = replace(s, **params, seed=seed, progress=False, max_steps=s.max_steps if "epochs" not in params else None)
-    steps = trial.max_steps or math.ceil(trial.epochs * math.ceil(len(data.train) / trial.batch_size))
-    trial.eval_every = max(1, steps // ss.search_evals)
-    final = train(task, data, model_arg, tok, out, trial, overwrite=True, on_eval=on_eval)
+    run = replace(s, **params, seed=seed, progress=False, max_steps=s.max_steps if "epochs" not in params else None)
+    steps = run.max_steps or math.ceil(run.epochs * math.ceil(len(data.train) / run.batch_size))
+    run.eval_every = max(1, steps // ss.search_evals)
+    (out / RUN_RECORD).unlink(missing_ok=True)  # (the folder's model is about to change)
+    final = train(task, data, model_arg, tok, out, run, overwrite=True, on_eval=on_eval)
+    write_text_atomic(out / RUN_RECORD, json.dumps(record, indent=1) + "\n")
     return float(final["metrics"][task.main_metric])
+
+
+def _read_record(out: Path) -> Any:
+    try:
+        return json.loads((out / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _keep(src: Path, out: Path) -> None:
     """The best seed's model (its metrics.json and card too) become the run's own files in ``out``; the run's
-    metrics.jsonl stays the search's log."""
-    for name in (*FINAL_FILES, "metrics.json", "README.md"):
+    metrics.jsonl stays the search's log. A README.md of the user's own in ``out`` stays as it is."""
+    for name in (*FINAL_FILES, "metrics.json", CARD):
+        if name == CARD and not read_card(out)[1]:
+            _log.warning("%s is not an albertlm model card; left as it is (the best seed's is in %s)", out / CARD, src)
+            continue
         if (src / name).is_file():
             tmp = out / f".{name}.keep.tmp"
             shutil.copyfile(src / name, tmp)
