@@ -160,7 +160,7 @@ class Teacher:
             return TeacherOutput(logits, out.hidden_states if hidden else None,
                                  list(out.attentions) if attention and not values else None,
                                  [v for v in found] if values else None)  # fmt: skip
-        with capture_attention(self.model) if attention else contextlib.nullcontext(None) as calls:
+        with capture_attention(self.model) if attention or values else contextlib.nullcontext(None) as calls:
             out = self.model(**inputs, output_hidden_states=hidden)
         att = vals = None
         if calls is not None:
@@ -459,7 +459,8 @@ class Distillation(FineTuning):
         return {**super().settings(), "distill": asdict(self.d)}
 
     def summary_extra(self) -> dict[str, Any]:
-        return {"teacher": self.teacher.path, "student_parameters": self.kept.num_parameters(), "losses": {k: v for k, v in self.d.losses().items() if v},
+        return {"teacher": self.teacher.path, "student_parameters": self.kept.num_parameters(),
+                "losses": {k: v for k, v in self.d.losses().items() if v},
                 "temperature": self.d.temperature, "layer_pairs": self.model.pairs,
                 "attention_kind": "attention KL" if self.model.same_heads else
                 f"value relation ({self.model.relation_heads} heads)"}  # fmt: skip
