@@ -124,6 +124,15 @@ def distill(task: str, data: str | Path, teacher: str | Path, student: str | Pat
         _log.info("skipped %d bad rows (first: %s)", policy.skipped, policy.first)
     teacher_dir = prepare_teacher(the_task, found, teacher, out, s, d)
     tok = load_tokenizer(teacher_dir)  # the student reads the teacher's tokens
+    if d.augment:
+        from albertlm.tasks.kinds import kind_of
+        from albertlm.training.augment import augment
+        from albertlm.training.distill import Teacher
+
+        emb = Teacher.load(teacher_dir, kind_of(found.task or the_task).architecture).word_embeddings()
+        more = augment(found.train, emb, tok, d.augment, d.augment_prob, d.augment_neighbours, s.seed,
+                       out / "augment", {"teacher": teacher_dir, "train": found.train_path})  # fmt: skip
+        found = replace(found, train=more)
     result = run_distill(the_task, found, student, teacher_dir, tok, out, s, d, overwrite=overwrite, resume=resume)
     result["task"] = (found.task or the_task).name
     result["skipped_rows"] = {"count": policy.skipped, "first": policy.first}

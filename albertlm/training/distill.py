@@ -94,6 +94,14 @@ class DistillSettings:
     teacher_epochs: float | None = field(default=None, metadata={
         "help": "the teacher's fine-tuning epochs (default: the task's)", "above": 0})
 
+    augment: int = field(default=0, metadata={
+        "help": "augmented copies of each training sentence, words replaced by their nearest neighbours in the "
+                "teacher's embeddings (TinyBERT's augmentation; its paper uses 20); 0: none", "min": 0})
+    augment_prob: float = field(default=0.4, metadata={"help": "probability that a word is replaced (TinyBERT's)",
+                                                         "min": 0, "max": 1})  # fmt: skip
+    augment_neighbours: int = field(default=15, metadata={"help": "neighbours a replacement is drawn from "
+                                                                  "(TinyBERT's K)", "min": 1})  # fmt: skip
+
     def losses(self) -> dict[str, float]:
         return {name: getattr(self, f"{name}_weight") for name in LOSSES}
 
@@ -143,6 +151,12 @@ class Teacher:
         auto = getattr(transformers, HF_AUTO[architecture])
         model = auto.from_pretrained(str(path), attn_implementation="eager")  # eager: attentions come out
         return cls(model, architecture, True, str(path))
+
+    def word_embeddings(self) -> torch.Tensor:
+        """(V, E) the teacher's input word embeddings."""
+        if self.hf:
+            return self.model.get_input_embeddings().weight
+        return self.model.albert.embeddings.word_embeddings.weight
 
     def to(self, device: torch.device) -> Teacher:
         self.model.to(device)

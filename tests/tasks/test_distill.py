@@ -7,6 +7,7 @@ bitwise resume, and the one-line refusals. The real packaged teacher (all-MiniLM
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import string
 from pathlib import Path
@@ -299,3 +300,58 @@ def test_the_packaged_minilm_teacher_converts_and_distils(data, tmp_path):
     final = json.loads((out / "metrics.json").read_text())
     assert final["attention_kind"] == "attention KL" and 0 <= final["metrics"]["accuracy"] <= 1
     assert json.loads((out / "config.json").read_text())["vocab_size"] == 30522
+
+
+# ------------------------------------------------------------------------------ augmentation (TinyBERT's)
+def test_neighbours_are_whole_words_of_the_same_script(tmp_path):
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.training.augment import Neighbours
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "fine", "bad", "awful", "film", "movie",
+             "##s", "好", "坏", "电", "影", ","]  # fmt: skip
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = load_tokenizer(tmp_path)
+    emb = torch.zeros(len(vocab), 2)
+    for word, vec in {"good": (1, 0), "great": (0.9, 0.1), "fine": (0.7, 0.3), "bad": (-1, 0), "awful": (-0.9, -0.1),
+                      "film": (0, 1), "movie": (0.1, 0.9), "好": (1, 0.05), "坏": (-1, 0.05), "电": (0, 1),
+                      "影": (0.05, 1), "##s": (1, 0.01)}.items():  # fmt: skip
+        emb[vocab.index(word)] = torch.tensor(vec)
+    nb = Neighbours(emb, tok, 2)
+    names = lambda word: [vocab[i] for i in nb.of(vocab.index(word))]  # noqa: E731
+    assert names("good") == ["great", "fine"]  # never ##s, a special token or a CJK character
+    assert names("好") == ["影", "电"] and names("film") == ["movie", "fine"]
+    assert nb.whole_word("films") is None and nb.whole_word("Good") == vocab.index("good")
+
+
+def test_augmentation_is_seeded_cached_and_for_sentence_tasks(tmp_path, caplog):
+    from albertlm.tasks.examples import TaggingExample, TextExample
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.training import augment as A
+
+    teacher = make_teacher(tmp_path / "t", "classification", ["0", "1"])
+    tok = load_tokenizer(teacher)
+    emb = torch.randn(len(_vocab()), 8, generator=torch.Generator().manual_seed(0))
+    train = [TextExample("a b c d e f", "g h", "1", "f:2"), TextExample("好 坏 电 影 x", None, "0", "f:3")]
+    kw = dict(embeddings=emb, tokenizer=tok, copies=3, p=1.0, k=4, cache_dir=tmp_path / "aug",
+              key_parts={"teacher": str(teacher)})  # fmt: skip
+    first = A.augment(train, seed=0, **kw)
+    assert len(first) == 8 and first[:2] == train and first[2].source == "f:2 (augmented 1)"
+    assert all(ex.label == train[i % 2].label for i, ex in enumerate(first))
+    assert first[2].text_a != train[0].text_a and len(first[2].text_a.split()) == 6  # every word replaced
+    assert first[3].text_a != train[1].text_a and first[3].text_b is None
+    assert A.augment(train, seed=1, **kw) != first  # another seed, other sentences
+    caplog.set_level(logging.INFO, logger="albertlm")
+    kw["tokenizer"] = None  # a cache hit needs no tokenizer: nothing is drawn again
+    assert A.augment(train, seed=0, **kw) == first and "read the 6 augmented examples cached" in caplog.text
+    assert A.augment(train, seed=0, **{**kw, "copies": 0}) == train
+    with pytest.raises(UserError, match="--augment"):
+        A.augment([TaggingExample(["a"], ["O"], "f:1")], seed=0, **kw)
+
+
+def test_distill_with_augmentation_trains_on_more_sentences(data, tmp_path):
+    teacher = make_teacher(tmp_path / "t", "classification", ["0", "1"])
+    out = tmp_path / "s"
+    assert main(["distill", "--task", "sst2", "--data", str(_sst2_slice(data, tmp_path)), "--teacher", str(teacher),
+                 "--out", str(out), "--augment", "2", *STUDENT, *FAST]) == 0  # fmt: skip
+    assert json.loads((out / "metrics.json").read_text())["train_examples"] == 3 * 200
+    assert len(list((out / "augment").glob("*.jsonl"))) == 1
