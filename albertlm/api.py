@@ -113,6 +113,13 @@ def distill(task: str, data: str | Path, teacher: str | Path, student: str | Pat
     check_settings(d)
     if not Path(teacher).is_dir():
         raise UserError(f"--teacher {teacher} is not a folder; give a model folder (albertlm or HuggingFace)")
+    if task == "general":  # task-agnostic: raw text, the encoder's hidden states and attention
+        from albertlm.training.general_distill import distill_general
+
+        if d.finetune_teacher or d.augment:
+            raise UserError("--task general distils the pretrained teacher on raw text: --finetune-teacher and "
+                            "--augment are for a task")  # fmt: skip
+        return distill_general(data, teacher, student, out, s, d, overwrite=overwrite, resume=resume)
     check_out(out, student, overwrite, resume)
     the_task = with_columns(get_task(task), columns or {})
     check_exit_settings(the_task, s)

@@ -5,6 +5,8 @@ albertlm distill --task sst2 --data shared/data/glue_sst2 --teacher runs/ft/teac
 albertlm distill --task sst2 --data shared/data/glue_sst2 --teacher path/to/bert --finetune-teacher \\
     --teacher-epochs 2 --student albert-tiny --set num_hidden_layers=4 --out runs/distill/sst2
 albertlm distill ... --exits per-layer                               # every exit learns from the teacher too
+albertlm distill --task general --data corpus/ --teacher path/to/bert --student albert-tiny --max-steps 20000 \
+    --out runs/general                                               # task-agnostic, on raw text
 albertlm distill ... --out runs/distill/sst2 --resume                # continue from its newest checkpoint
 torchrun --nproc_per_node 4 -m albertlm distill ...                  # 4 GPUs (DDP), as finetune
 """
@@ -26,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("distill", help="distil a teacher (albertlm or HuggingFace, fine-tuned on the task) "
                               "into a small ALBERT student")  # fmt: skip
     p.add_argument("--task", required=True, help="task name (see `albertlm tasks`); your own data: "
-                   "classification, regression, tagging, qa or choice")  # fmt: skip
+                   "classification, regression, tagging, qa or choice; general: task-agnostic, on raw text "
+                   "(--data: a .txt file or a folder of them)")  # fmt: skip
     p.add_argument("--data", required=True, help="dataset directory (or a single training file: CSV, TSV, JSONL, ...)")
     p.add_argument("--student", default="albert-tiny", help="the student: a preset (random init; shape it with "
                    "--set, e.g. --set num_hidden_layers=4) or an albertlm model folder (default: albert-tiny)")
@@ -72,10 +75,17 @@ def _distill(args: argparse.Namespace) -> int:
                      skip_bad_rows=args.skip_bad_rows, overwrite=args.overwrite, resume=args.resume)  # fmt: skip
     if os.environ.get("RANK", "0") != "0":
         return 0
+    out = Path(args.out)
+    if args.task == "general":
+        print(f"distilled {result['teacher']} task-agnostically into a {result['student_parameters']:,}-parameter "
+              f"student on {result['train_sequences']} sequences for {result['steps']} steps "
+              f"({result['train_seconds']:.0f}s): held-out loss {result['metrics']['dev_loss']:.4f} (step "
+              f"{result['best_step']}); wrote the student + tokenizer + metrics.json to {out}; next: albertlm "
+              f"finetune --task TASK --data DIR --model {out} --out DIR")  # fmt: skip
+        return 0
     m = result["metrics"]
     main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
     shown = f"{main}={m[main]:.4f}" if main else "no eval"
-    out = Path(args.out)
     print(f"distilled {result['teacher']} into a {result['student_parameters']:,}-parameter student on "
           f"{result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
           f"{result['eval_examples']} examples; wrote the student + tokenizer + metrics.json to {out}; next: "

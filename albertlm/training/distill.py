@@ -61,6 +61,7 @@ HF_AUTO = {
     "AlbertForTokenClassification": "AutoModelForTokenClassification",
     "AlbertForQuestionAnswering": "AutoModelForQuestionAnswering",
     "AlbertForMultipleChoice": "AutoModelForMultipleChoice",
+    "AlbertModel": "AutoModel",  # task-agnostic distillation: the encoder alone
 }
 LABEL_KEYS = ("labels", "start_positions", "end_positions", "is_impossible")  # gold answers: the teacher gets none
 STUDENT_LR = 1e-4  # a random-init student's default peak lr (TextBrewer's T4-tiny / T3 examples)
@@ -102,6 +103,10 @@ class DistillSettings:
     augment_neighbours: int = field(default=15, metadata={"help": "neighbours a replacement is drawn from "
                                                                   "(TinyBERT's K)", "min": 1})  # fmt: skip
 
+    mask_prob: float = field(default=0.0, metadata={
+        "help": "--task general: share of the tokens both models see as [MASK] (0: the text as it is)",
+        "min": 0, "max": 1})
+
     def losses(self) -> dict[str, float]:
         return {name: getattr(self, f"{name}_weight") for name in LOSSES}
 
@@ -139,7 +144,7 @@ class Teacher:
         cfg = read_json(path / "config.json")
         if cfg.get("model_type", "albert") == "albert":
             have = (cfg.get("architectures") or [None])[0]
-            if have != architecture:
+            if have != architecture and architecture != "AlbertModel":  # (any albertlm model has the encoder)
                 raise UserError(f"--teacher {path} is a {have}, the task needs a {architecture}; fine-tune it on "
                                 "the task first (--finetune-teacher)")  # fmt: skip
             return cls(HEADS[architecture].cls.from_pretrained(path), architecture, False, str(path))
@@ -192,6 +197,8 @@ def _label_names(cfg: Any) -> list[str] | None:
 
 
 def _logits(out: Any) -> dict[str, torch.Tensor]:
+    if getattr(out, "start_logits", None) is None and getattr(out, "logits", None) is None:
+        return {}  # an encoder alone (task-agnostic distillation)
     if getattr(out, "start_logits", None) is not None:
         return {"start_logits": out.start_logits, "end_logits": out.end_logits}
     return {"logits": out.logits}

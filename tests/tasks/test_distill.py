@@ -355,3 +355,36 @@ def test_distill_with_augmentation_trains_on_more_sentences(data, tmp_path):
                  "--out", str(out), "--augment", "2", *STUDENT, *FAST]) == 0  # fmt: skip
     assert json.loads((out / "metrics.json").read_text())["train_examples"] == 3 * 200
     assert len(list((out / "augment").glob("*.jsonl"))) == 1
+
+
+# ------------------------------------------------------------------------------ task-agnostic, on raw text
+def test_general_distillation_resumes_bitwise_and_its_student_fine_tunes(data, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.training.general_distill import pack
+
+    corpus = Path(__file__).resolve().parents[1] / "data" / "corpus" / "en" / "wikitext2.txt"
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join([line for line in corpus.read_text().splitlines() if line.strip()][:120]) + "\n")
+    teacher = make_teacher(tmp_path / "t", "base")
+    seqs = pack(text.read_text().splitlines(), load_tokenizer(teacher), 32)
+    assert all(len(q) <= 32 and q[0] == 2 and q[-1] == 3 for q in seqs)
+    out = tmp_path / "general"
+    args = ["distill", "--task", "general", "--data", str(text), "--teacher", str(teacher), "--out", str(out),
+            *STUDENT, "--quiet", "--max-steps", "4", "--batch-size", "8", "--max-seq-length", "32", "--save-every",
+            "2", "--mask-prob", "0.15", "--precision", "fp32"]  # fmt: skip
+    assert main(args) == 0
+    assert "task-agnostically" in capsys.readouterr().out
+    first = load_file(out / "model.safetensors")
+    final = json.loads((out / "metrics.json").read_text())
+    assert final["losses"] == {"hidden": 1.0, "attention": 1.0} and final["mask_prob"] == 0.15
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["AlbertModel"]
+    assert main([*args, "--resume"]) == 0
+    again = load_file(out / "model.safetensors")
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert main(["finetune", "--task", "sst2", "--data", str(_sst2_slice(data, tmp_path)), "--model", str(out),
+                 "--out", str(tmp_path / "ft"), *FAST]) == 0  # fmt: skip
+    assert main(["distill", "--task", "general", "--data", str(text), "--teacher", str(teacher), "--out",
+                 str(tmp_path / "x"), "--augment", "2", *FAST]) == 2  # fmt: skip
+    assert "--augment are for a task" in capsys.readouterr().err
