@@ -126,12 +126,10 @@ class Teacher:
     def __init__(self, model: nn.Module, architecture: str, hf: bool, path: str):
         self.model, self.architecture, self.hf, self.path = model.eval().requires_grad_(False), architecture, hf, path
         cfg = model.config
+        # num_hidden_layers: an albertlm teacher's computed depth (of K blocks each, the last one read)
         self.hidden_size, self.num_layers = cfg.hidden_size, cfg.num_hidden_layers
         self.num_heads = cfg.num_attention_heads
-        if not hf:
-            self.num_layers = cfg.num_hidden_layers  # computed depth (K blocks each: the last one is read)
-        names = _label_names(cfg)
-        self.labels = names
+        self.labels = _label_names(cfg)
         params = inspect.signature(model.forward).parameters
         self.takes_types = "token_type_ids" in params and getattr(cfg, "type_vocab_size", 2) > 1
 
