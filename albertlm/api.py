@@ -88,6 +88,66 @@ def finetune(task: str, data: str | Path, model: str | Path, out: str | Path, *,
     return result
 
 
+def distill(task: str, data: str | Path, teacher: str | Path, student: str | Path, out: str | Path, *,
+            settings: Any = None, distill_settings: Any = None, columns: dict[str, Any] | None = None,
+            train_file: str | Path | None = None, eval_file: str | Path | None = None, holdout: int = 0,
+            limit_train: int = 0, limit_eval: int = 0, skip_bad_rows: bool = False, overwrite: bool = False,
+            resume: bool = False, **changes: Any) -> dict[str, Any]:  # fmt: skip
+    """Distil ``teacher`` (a model folder: albertlm or HuggingFace) into ``student`` (a preset, shaped by
+    ``settings.config_overrides``, or a model folder) on ``task``; what ``albertlm distill`` does. The student
+    uses the teacher's tokenizer; it, its tokenizer and metrics go to ``out`` (with ``finetune_teacher``
+    the teacher fine-tuned first goes to ``out/teacher``). ``changes`` set fields of ``Settings`` /
+    ``InferenceSettings`` as ``finetune``'s do. Returns the run's summary (metrics.json)."""
+    from albertlm.tasks import RowPolicy, get_task
+    from albertlm.tasks.generic import with_columns
+    from albertlm.tasks.kinds import InferenceSettings
+    from albertlm.tokenizer import load_tokenizer
+    from albertlm.training.distill import DistillSettings, prepare_teacher
+    from albertlm.training.distill import distill as run_distill
+    from albertlm.training.finetune import Settings, check_exit_settings, check_out
+    from albertlm.training.finetune_data import load_data
+    from albertlm.training.tracking import check_reachable
+
+    out, teacher, student = Path(out), str(teacher), str(student)
+    s = _settings(settings or Settings(), changes, Settings, InferenceSettings)
+    d = replace(distill_settings or DistillSettings(), teacher=teacher)
+    check_settings(s)
+    check_settings(d)
+    if not Path(teacher).is_dir():
+        raise UserError(f"--teacher {teacher} is not a folder; give a model folder (albertlm or HuggingFace)")
+    if task == "general":  # task-agnostic: raw text, the encoder's hidden states and attention
+        from albertlm.training.general_distill import distill_general
+
+        if d.finetune_teacher or d.augment:
+            raise UserError("--task general distils the pretrained teacher on raw text: --finetune-teacher and "
+                            "--augment are for a task")  # fmt: skip
+        return distill_general(data, teacher, student, out, s, d, overwrite=overwrite, resume=resume)
+    check_out(out, student, overwrite, resume)
+    the_task = with_columns(get_task(task), columns or {})
+    check_exit_settings(the_task, s)
+    check_reachable(s.report_to)
+    policy = RowPolicy(skip_bad_rows)
+    found = load_data(the_task, data, policy, _path(train_file), _path(eval_file), holdout, limit_train, limit_eval,
+                      s.seed)  # fmt: skip
+    if policy.skipped:
+        _log.info("skipped %d bad rows (first: %s)", policy.skipped, policy.first)
+    teacher_dir = prepare_teacher(the_task, found, teacher, out, s, d)
+    tok = load_tokenizer(teacher_dir)  # the student reads the teacher's tokens
+    if d.augment:
+        from albertlm.tasks.kinds import kind_of
+        from albertlm.training.augment import augment
+        from albertlm.training.distill import Teacher
+
+        emb = Teacher.load(teacher_dir, kind_of(found.task or the_task).architecture).word_embeddings()
+        more = augment(found.train, emb, tok, d.augment, d.augment_prob, d.augment_neighbours, s.seed,
+                       out / "augment", {"teacher": teacher_dir, "train": found.train_path})  # fmt: skip
+        found = replace(found, train=more)
+    result = run_distill(the_task, found, student, teacher_dir, tok, out, s, d, overwrite=overwrite, resume=resume)
+    result["task"] = (found.task or the_task).name
+    result["skipped_rows"] = {"count": policy.skipped, "first": policy.first}
+    return result
+
+
 def _settings(base: Any, changes: dict[str, Any], cls: type, inference_cls: type) -> Any:
     """``base`` with the keyword changes, each routed to the settings or their ``inference`` part."""
     own = {f.name for f in fields(cls)} - {"inference"}

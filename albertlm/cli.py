@@ -20,7 +20,7 @@ COMMANDS = [
     "params", "forward", "init",  # the model
     "tokenizer", "data",  # text -> shards
     "pretrain", "rendezvous", "plot",  # training
-    "finetune", "evaluate", "predict", "tasks", "convert_pku_ner",  # tasks
+    "finetune", "distill", "evaluate", "predict", "tasks", "convert_pku_ner",  # tasks
     "export", "serve", "convert",  # deployment; original TF checkpoints in
     "analyze", "ablate",  # the paper's claims
 ]

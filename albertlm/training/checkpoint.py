@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from albertlm.errors import CheckpointCorrupt, TrainingError
+from albertlm.errors import CheckpointCorrupt, CheckpointError, TrainingError
 from albertlm.files import publish, sha256, staging_dir, write_text_atomic
 from albertlm.training.distributed import DistInfo
 
@@ -301,6 +301,7 @@ def restore(state: dict[str, Any], wrapped: torch.nn.Module, model: torch.nn.Mod
     into FSDP's sharded parameters when ``fsdp``), then its schedule and grad scaler. ``wrapped`` is the
     model as the run wraps it (DDP, FSDP2, or ``model`` itself)."""
     from albertlm.hf import hf_to_ours, load_into
+    from albertlm.model import AlbertPreTrainedModel
 
     if state.get("sharded") is not None:
         load_sharded(Path(state["sharded"]), wrapped, optimizer, info)
@@ -309,8 +310,15 @@ def restore(state: dict[str, Any], wrapped: torch.nn.Module, model: torch.nn.Mod
 
         set_state_dict(wrapped, optimizer, model_state_dict=hf_to_ours(state["model"], model),
                        optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
-    else:
+    elif isinstance(model, AlbertPreTrainedModel):
         load_into(model, state["model"], source=str(state.get("path", "the checkpoint")))
+        optimizer.load_state_dict(state["optimizer"])
+    else:  # a module around the model (distillation's student and projection): its own keys, every one
+        missing, unexpected = model.load_state_dict(state["model"], strict=False)
+        unexpected = [k for k in unexpected if "embedding_hidden_mapping_in" not in k]  # (ours_to_hf's identity)
+        if missing or unexpected:
+            raise CheckpointError(f"{state.get('path', 'the checkpoint')}: its weights are not this run's (missing "
+                                  f"{missing[:3]}, unexpected {unexpected[:3]}); start afresh with --overwrite")
         optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if state.get("scaler") is not None:

@@ -257,7 +257,11 @@ CHECKPOINTS = "checkpoints"  # in --out: the training state for --resume (never 
 
 
 class FineTuning:
-    """One fine-tuning run: the model, its features, the step machinery, the kept best; ``train()`` loops."""
+    """One fine-tuning run: the model, its features, the step machinery, the kept best; ``train()`` loops.
+    A subclass (distillation) trains the model inside another module (``trained_module``) and names itself
+    (``verb``, ``summary_extra``, ``write_card``); what is evaluated and kept is always the model itself."""
+
+    verb = "finetune"
 
     def __init__(self, task: Task, data: Data, model_arg: str, tok: Tokenizer, out: Path, s: Settings,
                  info: DistInfo, on_eval: Callable | None = None):  # fmt: skip
@@ -295,14 +299,15 @@ class FineTuning:
         # Under FSDP rank 0 evaluates and keeps the best model on a whole copy, the sharded weights gathered
         # into it before each evaluation (a forward of the sharded model would need every rank).
         self.whole = copy.deepcopy(model) if s.fsdp and info.enabled and info.is_main else None
-        self.stepper = Stepper(model, info, s.precision, optimizer, s.clip_norm, s.max_nonfinite, fsdp=s.fsdp,
-                               compile=s.compile, advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now "
-                               f"{self.warmup} steps); for a model you converted, check its config.json "
+        self.stepper = Stepper(self.trained_module(model), info, s.precision, optimizer, s.clip_norm,
+                               s.max_nonfinite, fsdp=s.fsdp, compile=s.compile,
+                               advice=f"lower --lr (now {s.lr:g}) or lengthen --warmup (now {self.warmup} steps); "
+                               "for a model you converted, check its config.json "
                                "(layer_norm_eps) and weights")  # fmt: skip
         self.model = self.stepper.model
         if self.whole is not None:
             self.whole.to(info.device)
-        self.kept = self.whole if self.whole is not None else self.model  # what rank 0 evaluates and saves
+        self.kept = self.whole if self.whole is not None else model  # what rank 0 evaluates and saves
         self.evaluator = (Predictor.from_model(self.kept, tok, task, s.inference, precision=self.stepper.precision)
                           if info.is_main else None)  # (only rank 0 evaluates)  # fmt: skip
         self.order = random.Random(s.seed)  # the batches' order, epoch after epoch
@@ -310,15 +315,27 @@ class FineTuning:
         self.losses: list[float] = []
         self.best: dict = {}  # the kept model's score, step and metrics
 
+    def trained_module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """What the optimizer trains and each step calls (``forward(**batch).loss``): here the model itself."""
+        return model
+
+    def summary_extra(self) -> dict[str, Any]:
+        """What metrics.json adds to fine-tuning's summary."""
+        return {}
+
+    def write_card(self, final: dict) -> None:
+        _card(self.out, self.task, self.data, self.s, self.model_arg, final)
+
     # -------------------------------------------------------------- the loop
     def train(self) -> dict:
         s, info = self.s, self.info
         self.out.mkdir(parents=True, exist_ok=True)
-        tracker = Tracker(self.out, s.report_to, name=f"{self.task.name}-{self.out.name}", params=asdict(s),
+        tracker = Tracker(self.out, s.report_to, name=f"{self.task.name}-{self.out.name}",
+                          params={**asdict(s), **self.summary_extra()},
                           resumed_step=self.step or None, enabled=info.is_main)  # fmt: skip
         t0 = time.time() - self.elapsed
         try:
-            bar = _progress(s.progress and info.is_main, self.task.name, self.step, self.total)
+            bar = _progress(s.progress and info.is_main, f"{self.verb} {self.task.name}", self.step, self.total)
             while self.step < self.total:
                 epoch_start = self.order.getstate()
                 batches = F.batches(self.feats, s.batch_size, self.order, s.inference.bucketing)
@@ -346,11 +363,12 @@ class FineTuning:
                          self.warmup, self.stepper.precision, time.time() - t0, self.losses,
                          self.best or {"step": None, "metrics": {}}, self.chosen)  # (other ranks do not evaluate)
         final["world_size"] = info.world_size
+        final.update(self.summary_extra())
         if info.is_main:
             text = json.dumps({**final, "metrics": metrics.json_ready(final["metrics"])}, indent=2,
                               ensure_ascii=False)  # NaN -> null
             write_text_atomic(self.out / "metrics.json", text + "\n")
-            _card(self.out, self.task, self.data, s, self.model_arg, final)
+            self.write_card(final)
         tracker.finish(final["metrics"], self.best.get("step"))
         return final
 
@@ -458,7 +476,7 @@ class FineTuning:
 def _progress(enabled: bool, name: str, initial: int, total: int):  # noqa: ANN202
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=f"finetune {name}", disable=not enabled, unit="step")
+    return tqdm(total=total, initial=initial, desc=name, disable=not enabled, unit="step")
 
 
 def _seed_everything(seed: int) -> None:
