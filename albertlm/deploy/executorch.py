@@ -156,6 +156,23 @@ def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str
     return methods
 
 
+def _for_export(model: nn.Module) -> nn.Module:
+    """A copy whose attention blocks hold their stacked q/k/v weights as constants: the model stacks them per
+    forward (``fused_qkv``), and a weight computed at run time is a matmul XNNPACK does not take (ExecuTorch's
+    portable kernels would run it, several times slower). A shared block is one module, so its stack is
+    stored once."""
+    import types
+
+    model = copy.deepcopy(model).eval()
+    for module in model.modules():
+        if hasattr(module, "fused_qkv") and not hasattr(module, "qkv_weight"):
+            w, b = module.fused_qkv()
+            module.register_buffer("qkv_weight", w.detach().clone())
+            module.register_buffer("qkv_bias", b.detach().clone())
+            module.fused_qkv = types.MethodType(lambda self: (self.qkv_weight, self.qkv_bias), module)
+    return model
+
+
 def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str | None = None,
           feeds: list[dict[str, np.ndarray]] | None = None) -> bytes:  # fmt: skip
     """The ``.pte`` program of ``model`` (see the module docstring): fp32, or int8 (static on ``feeds``,
@@ -166,8 +183,8 @@ def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str |
     from executorch.exir import to_edge_transform_and_lower
     from torch.export import export
 
+    model = _for_export(model)
     if quantize == "int8":
-        model = copy.deepcopy(model)
         model.albert.embeddings.word_embeddings = Int8Embedding(model.albert.embeddings.word_embeddings)
     methods = _programs(model.eval(), arch, outputs)
     exported = {}
