@@ -20,8 +20,9 @@ weights plus the embeddings, not twelve.
 
 int8 (``--quantize int8``) is torchao's PT2E flow with ExecuTorch's ``XNNPACKQuantizer``: linear weights int8
 per output channel; activations static int8 with ranges measured on ``--calibration`` inputs, or without them
-dynamic int8, which XNNPACK quantizes per row, so a row's answer never depends on the other rows of its
-batch. The V x E word embedding table, a third of albert-base's weights, is stored int8 per row
+dynamic int8, whose activation scales XNNPACK picks per call: the engine then runs the program one row at a
+time, cut to the row's length (as a phone answers one input), so an answer never depends on the other rows of
+its batch (measured: 1e-3 apart when batched whole); static int8's scales are fixed. The V x E word embedding table, a third of albert-base's weights, is stored int8 per row
 (``quantized_decomposed.embedding_byte``, looked up and scaled by ExecuTorch's quantized kernels). Needs the
 ``edge`` extra (executorch, built against this torch; torchao).
 """
@@ -389,43 +390,70 @@ def _native_stderr_silenced():
 
 class _Method:
     """One method of a loaded program as a session: ``{input name: array} -> {output name: array}``, cut into
-    calls of at most ``MAX_ROWS`` rows."""
+    calls of at most ``MAX_ROWS`` rows, or with ``per_row`` into one call per row cut to its own length (the
+    dynamic int8 program: XNNPACK picks its activation scales per call, so a row answers as it does alone);
+    ``sequence`` names the outputs with a position axis, padded back (with zeros) to the batch's length."""
 
-    def __init__(self, program: Any, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path):
+    def __init__(self, program: Any, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path,
+                 per_row: bool = False, sequence: frozenset[str] = frozenset()):  # fmt: skip
         with _native_stderr_silenced():
             self.method = program.load_method(name)
         if self.method is None:
             raise DataError(f"{path} has no method {name!r}; export it again: albertlm export --format executorch")
         self.name, self.inputs, self.outputs, self.path = name, inputs, outputs, path
+        self.per_row, self.sequence = per_row, sequence
+
+    def _calls(self, feeds: dict[str, np.ndarray]) -> list[tuple[slice, int | None]]:
+        """(rows, length or None for all positions) of each call."""
+        rows = len(feeds[self.inputs[0]])
+        if not self.per_row:
+            return [(slice(start, start + MAX_ROWS), None) for start in range(0, rows, MAX_ROWS)]
+        mask = feeds["attention_mask"]
+        S = mask.shape[-1]
+        calls = []
+        for i in range(rows):
+            used = np.flatnonzero(mask[i].reshape(-1, S).any(axis=0))
+            calls.append((slice(i, i + 1), min(max(int(used.max()) + 1 if used.size else 1, MIN_SEQ), S)))
+        return calls
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         from albertlm.deploy.inference import graph_feeds
 
         feeds = graph_feeds(batch, list(self.inputs))
-        if "layer" in feeds:
-            feeds["layer"] = feeds["layer"].reshape(1)  # the one input that is not per row
-        rows = len(feeds[self.inputs[0]])
+        S = feeds["attention_mask"].shape[-1] if "attention_mask" in feeds else None
         parts = []
-        for start in range(0, rows, MAX_ROWS):
-            args = [torch.from_numpy(np.ascontiguousarray(v if k == "layer" else v[start : start + MAX_ROWS]))
-                    for k, v in feeds.items()]  # fmt: skip
+        for rows, length in self._calls(feeds):
+            args = []
+            for name in self.inputs:
+                v = feeds[name]
+                if name == "layer":
+                    v = v.reshape(1)  # the one input that is not per row
+                else:
+                    v = v[rows]
+                    if length is not None:
+                        v = v[:, :length] if name == "hidden" else v[..., :length]
+                args.append(torch.from_numpy(np.ascontiguousarray(v)))
             try:
-                parts.append([t.numpy().copy() for t in self.method.execute(args)])
+                out = [t.numpy().copy() for t in self.method.execute(args)]
             except RuntimeError as e:
                 raise DataError(f"{self.path}: ExecuTorch could not run {self.name} on inputs of shape "
                                 f"{tuple(args[0].shape)} ({str(e).splitlines()[0][:160]})") from None  # fmt: skip
+            if length is not None and length < S:
+                out = [np.pad(o, [(0, 0), (0, S - length)] + [(0, 0)] * (o.ndim - 2)) if name in self.sequence else o
+                       for name, o in zip(self.outputs, out, strict=True)]  # fmt: skip
+            parts.append(out)
         return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(self.outputs)}
 
 
 class _ExitMethods(early_exit.ExitGraphs):
     """The exit loop's state and steps (``ExitGraphs``) over the program's ``embed`` and ``layer_<g>``."""
 
-    def __init__(self, program: Any, entry: dict[str, Any], path: Path):
+    def __init__(self, program: Any, entry: dict[str, Any], path: Path, per_row: bool):
         methods = entry["methods"]
         self.embed = _Method(program, methods["embed"], ("input_ids", "attention_mask", "token_type_ids"),
-                             ("hidden",), path)  # fmt: skip
-        self.layers = [_Method(program, name, ("hidden", "attention_mask", "layer"), ("hidden_out", "logits"), path)
-                       for name in methods["layers"]]  # fmt: skip
+                             ("hidden",), path, per_row, frozenset({"hidden"}))  # fmt: skip
+        self.layers = [_Method(program, name, ("hidden", "attention_mask", "layer"), ("hidden_out", "logits"), path,
+                               per_row, frozenset({"hidden_out"})) for name in methods["layers"]]  # fmt: skip
         self.group_of_layer = list(entry["group_of_layer"])
 
 
@@ -457,7 +485,13 @@ class ExecuTorchEngine(_Export):
             except (RuntimeError, ValueError) as e:
                 raise DataError(f"{self.path}: ExecuTorch cannot load this program ({str(e)[:160]}); export it "
                                 "again") from None  # fmt: skip
-        self.forward = _Method(self.program, "forward", self.head.inputs, self.head.outputs, self.path)
+        # dynamic int8 runs row by row (see _Method): an answer is the same alone and in any batch
+        self.per_row = self.precision == "int8" and self.manifest.get("int8_activations") == "dynamic"
+        sequence = {"last_hidden_state", "start_logits", "end_logits"}
+        if self.architecture == "AlbertForTokenClassification":
+            sequence.add("logits")
+        self.forward = _Method(self.program, "forward", self.head.inputs, self.head.outputs, self.path, self.per_row,
+                               frozenset(sequence))  # fmt: skip
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return self.forward(batch)
@@ -465,7 +499,7 @@ class ExecuTorchEngine(_Export):
     @property
     def exit_graphs(self) -> early_exit.ExitGraphs:
         if self._exit_graphs is None:
-            self._exit_graphs = _ExitMethods(self.program, self.manifest["exit"], self.path)
+            self._exit_graphs = _ExitMethods(self.program, self.manifest["exit"], self.path, self.per_row)
         return self._exit_graphs
 
 
