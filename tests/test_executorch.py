@@ -155,7 +155,7 @@ def test_gate_records_fp32_and_int8_and_a_failure_writes_nothing(model_dir, tmp_
     gated = ["export", "--model", str(model_dir), "--out", str(out), "--quantize", "int8"]
     assert main([*gated, "--calibration", str(calibration)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "int8 gate: int8 changed 100.00% of the answers" in err[0], err
+    assert len(err) == 1 and "int8 gate: int8 changed" in err[0] and "% of the answers fp32 gives" in err[0], err
     assert "--max-int8-drop 1;" in err[0] and "nothing was written" in err[0]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the export that passed is still there
     assert main(["export", "--model", str(model_dir), "--out", str(tmp_path / "x"), "--gate-data", str(SST2)]) == 2
@@ -173,3 +173,19 @@ def test_gate_on_unlabelled_calibration_counts_changed_answers(exported, tmp_pat
     int8 = Predictor.load(pte, engine="executorch", precision="int8").classify(dev_sentences(30))
     changed = 100.0 * np.mean([a["label"] != b["label"] for a, b in zip(fp32, int8, strict=True)])
     assert result["executorch_int8"]["score"] == pytest.approx(changed, abs=1e-3)
+
+
+def test_onnx_dynamic_int8_answer_is_the_same_alone_and_in_any_batch(model_dir, tmp_path):
+    """onnxruntime's dynamic int8 picks one activation scale per call: batched whole, this model's rows moved by
+    up to 0.68 in probability (SST-2 dev on a fine-tuned model: 0.015); run row by row they cannot move."""
+    from albertlm.deploy.export import export_onnx
+    from albertlm.deploy.inference import Predictor
+
+    export_onnx(model_dir, tmp_path / "onnx", quantize="int8")
+    p = Predictor.load(tmp_path / "onnx", engine="onnx", precision="int8")
+    texts = dev_sentences(40)
+    alone = [p.classify([t])[0] for t in texts]
+    together = p.classify(texts)
+    assert alone == together
+    exits = Predictor.load(tmp_path / "onnx", engine="onnx", precision="int8", overrides={"exit_patience": 1})
+    assert [exits.classify([t])[0] for t in texts] == exits.classify(texts)

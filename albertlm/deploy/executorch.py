@@ -21,10 +21,11 @@ weights plus the embeddings, not twelve.
 int8 (``--quantize int8``) is torchao's PT2E flow with ExecuTorch's ``XNNPACKQuantizer``: linear weights int8
 per output channel; activations static int8 with ranges measured on ``--calibration`` inputs, or without them
 dynamic int8, whose activation scales XNNPACK picks per call: the engine then runs the program one row at a
-time, cut to the row's length (as a phone answers one input), so an answer never depends on the other rows of
-its batch (measured: 1e-3 apart when batched whole); static int8's scales are fixed. The V x E word embedding table, a third of albert-base's weights, is stored int8 per row
-(``quantized_decomposed.embedding_byte``, looked up and scaled by ExecuTorch's quantized kernels). Needs the
-``edge`` extra (executorch, built against this torch; torchao).
+time, cut to the row's length (as a phone answers one input), so an answer never depends on the other rows
+of its batch (batched whole, a row moved by 1e-3); static int8's scales are fixed. The V x E word embedding
+table, a third of albert-base's weights, is stored int8 per row (``quantized_decomposed.embedding_byte``,
+looked up and scaled by ExecuTorch's quantized kernels). Needs the ``edge`` extra (executorch, built against
+this torch; torchao).
 """
 
 from __future__ import annotations
@@ -390,9 +391,9 @@ def _native_stderr_silenced():
 
 class _Method:
     """One method of a loaded program as a session: ``{input name: array} -> {output name: array}``, cut into
-    calls of at most ``MAX_ROWS`` rows, or with ``per_row`` into one call per row cut to its own length (the
-    dynamic int8 program: XNNPACK picks its activation scales per call, so a row answers as it does alone);
-    ``sequence`` names the outputs with a position axis, padded back (with zeros) to the batch's length."""
+    calls of at most ``MAX_ROWS`` rows, or with ``per_row`` one call per row cut to its own length
+    (``PerRow``: the dynamic int8 program, whose activation scales XNNPACK picks per call, answers a row as it
+    does alone); ``sequence`` names the outputs with a position axis."""
 
     def __init__(self, program: Any, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path,
                  per_row: bool = False, sequence: frozenset[str] = frozenset()):  # fmt: skip
@@ -403,45 +404,24 @@ class _Method:
         self.name, self.inputs, self.outputs, self.path = name, inputs, outputs, path
         self.per_row, self.sequence = per_row, sequence
 
-    def _calls(self, feeds: dict[str, np.ndarray]) -> list[tuple[slice, int | None]]:
-        """(rows, length or None for all positions) of each call."""
-        rows = len(feeds[self.inputs[0]])
-        if not self.per_row:
-            return [(slice(start, start + MAX_ROWS), None) for start in range(0, rows, MAX_ROWS)]
-        mask = feeds["attention_mask"]
-        S = mask.shape[-1]
-        calls = []
-        for i in range(rows):
-            used = np.flatnonzero(mask[i].reshape(-1, S).any(axis=0))
-            calls.append((slice(i, i + 1), min(max(int(used.max()) + 1 if used.size else 1, MIN_SEQ), S)))
-        return calls
-
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        from albertlm.deploy.inference import graph_feeds
+        from albertlm.deploy.inference import PerRow, graph_feeds
 
         feeds = graph_feeds(batch, list(self.inputs))
-        S = feeds["attention_mask"].shape[-1] if "attention_mask" in feeds else None
+        return PerRow(self._execute, self.sequence, min_length=MIN_SEQ)(feeds) if self.per_row else self._execute(feeds)
+
+    def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = len(feeds[self.inputs[0]])
         parts = []
-        for rows, length in self._calls(feeds):
-            args = []
-            for name in self.inputs:
-                v = feeds[name]
-                if name == "layer":
-                    v = v.reshape(1)  # the one input that is not per row
-                else:
-                    v = v[rows]
-                    if length is not None:
-                        v = v[:, :length] if name == "hidden" else v[..., :length]
-                args.append(torch.from_numpy(np.ascontiguousarray(v)))
+        for start in range(0, rows, MAX_ROWS):
+            args = [torch.from_numpy(np.ascontiguousarray(feeds[k].reshape(1) if k == "layer"  # not per row
+                                                          else feeds[k][start : start + MAX_ROWS]))
+                    for k in self.inputs]  # fmt: skip
             try:
-                out = [t.numpy().copy() for t in self.method.execute(args)]
+                parts.append([t.numpy().copy() for t in self.method.execute(args)])
             except RuntimeError as e:
                 raise DataError(f"{self.path}: ExecuTorch could not run {self.name} on inputs of shape "
                                 f"{tuple(args[0].shape)} ({str(e).splitlines()[0][:160]})") from None  # fmt: skip
-            if length is not None and length < S:
-                out = [np.pad(o, [(0, 0), (0, S - length)] + [(0, 0)] * (o.ndim - 2)) if name in self.sequence else o
-                       for name, o in zip(self.outputs, out, strict=True)]  # fmt: skip
-            parts.append(out)
         return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(self.outputs)}
 
 
