@@ -168,15 +168,29 @@ def load(model: str | Path, *, engine: str = "auto", device: str = "auto", preci
          threads: int | None = None, tokenizer: str | Path | None = None, task: str | None = None,
          **inference: Any) -> Any:
     """A ``Predictor`` for a model folder (the torch engine, on ``device``) or an `albertlm export` folder
-    (``engine="auto"``: onnx; or openvino); ``inference`` sets InferenceSettings fields (max_seq_length,
-    eval_batch_size, an exit rule, ...). Call it on a list of inputs."""
+    (``engine="auto"``: onnx, or executorch for a ``--format executorch`` folder; or openvino); ``inference``
+    sets InferenceSettings fields (max_seq_length, eval_batch_size, an exit rule, ...). Call it on a list of
+    inputs."""
     from albertlm.deploy.export import MANIFEST_FILE
     from albertlm.deploy.inference import Predictor
 
     if engine == "auto":
-        engine = "onnx" if (Path(model) / MANIFEST_FILE).is_file() else "torch"
+        engine = _export_engine(Path(model) / MANIFEST_FILE)
     return Predictor.load(model, engine=engine, threads=threads, tokenizer=tokenizer, task=task,
                           overrides=inference or None, precision=precision, device=device)  # fmt: skip
+
+
+def _export_engine(manifest: Path) -> str:
+    """torch for a model folder; for an export, the engine of its format (a damaged deploy.json is left to the
+    engine, which names it)."""
+    import json
+
+    if not manifest.is_file():
+        return "torch"
+    try:
+        return "executorch" if "pte" in json.loads(manifest.read_text()) else "onnx"
+    except (OSError, ValueError, TypeError):
+        return "onnx"
 
 
 def predict(model: str | Path, inputs: list[Any], **options: Any) -> list[dict[str, Any]]:

@@ -104,6 +104,9 @@ class ExportSettings:
     device: str = field(default="auto", metadata={"parse": parse_device, "help": (
         "where the PyTorch reference of the parity check runs: " + DEVICE_HELP + " (the graph is traced on the "
         "CPU)")})  # fmt: skip
+    max_int8_drop: float = field(default=1.0, metadata={"min": 0.0, "help": (
+        "the int8 gate (with --gate-data or --calibration): the most points int8 may lose against fp32 (or the "
+        "most %% of answers it may change) before the export stops, writing nothing")})  # fmt: skip
 
 
 class _Exportable(nn.Module):
@@ -174,6 +177,7 @@ def export_onnx(
     calibration: str | Path | None = None,
     device: str = "auto",
     extra: Callable[[Path, dict[str, Any]], list[str]] | None = None,
+    gate: Any = None,
 ) -> dict[str, Any]:
     """Export ``model_dir`` to ``out_dir`` (see the module docstring); returns the manifest written.
 
@@ -185,7 +189,9 @@ def export_onnx(
     dynamic axes are exercised), the model run on ``device`` in fp32; the max abs difference is recorded in
     the manifest with the device. ``extra(folder, manifest)`` writes more files of the export (the web page)
     into its staging folder, swapped in with the rest; it returns the names no engine here reads (the page's
-    files, which it records itself), left out of the checksums as the model card is.
+    files), left out of the checksums as the model card is. ``gate`` (``albertlm.deploy.gate.Int8Gate``)
+    measures each int8 file against fp32 before anything is moved into place, and stops the export past its
+    limit.
     """
     onnx = require("onnx")
     require("onnxruntime")
@@ -258,9 +264,23 @@ def export_onnx(
         written = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != EXPORT_MARK)
         # what the engines read: the model card beside them is documentation, edited or deleted freely
         manifest["sha256"] = {name: sha256(out_dir / name) for name in written if name != CARD and name not in beside}
+        if gate is not None and gate.active and (quantize == "int8" or feeds is not None):
+            manifest["int8_gate"] = measure_gate(gate, out_dir, manifest, [
+                *(["onnx"] if quantize == "int8" else []), *(["openvino"] if feeds is not None else [])])
         _swap_in(out_dir, final_dir, written, manifest)
         return manifest
 
+
+
+def measure_gate(gate: Any, tmp: Path, manifest: dict[str, Any], engines: list[str]) -> dict[str, Any]:
+    """The int8 gate on the export in its temp folder (its deploy.json written there for the engines to read,
+    then removed: the real one is written last, by ``_swap_in``); one entry per engine."""
+    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest))
+    try:
+        results = {engine: gate.measure(tmp, engine) for engine in engines}
+    finally:
+        (tmp / MANIFEST_FILE).unlink(missing_ok=True)
+    return results if len(results) > 1 else next(iter(results.values()))
 
 
 def _check_request(out_dir: Path, quantize: str | None, graph: str, calibration: str | Path | None) -> None:

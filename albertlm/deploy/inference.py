@@ -47,7 +47,7 @@ from albertlm.training.precision import resolve as resolve_precision
 TASK_KEY = "albertlm_task"  # config.json entry: the task a model was fine-tuned on and its settings
 MANIFEST_FILE = "deploy.json"  # written by `albertlm export` beside the graphs
 OPENVINO_INT8 = "openvino_int8"  # deploy.json's key for the NNCF-quantized OpenVINO IR, when exported
-ENGINES = ("torch", "onnx", "openvino")
+ENGINES = ("torch", "onnx", "openvino", "executorch")
 ENGINE_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine computes in: see load_engine
 
 
@@ -56,16 +56,18 @@ class EngineSettings:
     """How a model is run (evaluate, predict, serve and the Python ``load`` share these)."""
 
     engine: str = field(default="torch", metadata={
-        "help": "torch, or onnx / openvino: --model is then a folder written by `albertlm export` (onnx runs its "
-                "int8 graph if present; openvino its static int8 file if present, else the fp32 graph, in bf16 "
-                "where the CPU has it, else f32)", "choices": ENGINES})
+        "help": "torch, or onnx / openvino / executorch: --model is then a folder written by `albertlm export` (onnx "
+                "runs its int8 graph if present; openvino its static int8 file if present, else the fp32 graph, in "
+                "bf16 where the CPU has it, else f32; executorch the .pte of --format executorch, int8 if present)",
+        "choices": ENGINES})
     precision: str = field(default="auto", metadata={
-        "help": "what the engine computes in. auto: onnx and openvino use the export's int8 when it has one; "
-                "torch and openvino otherwise bf16 where the GPU or CPU has it (AVX-512 BF16 / AMX), else fp32. "
-                "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx and openvino",
+        "help": "what the engine computes in. auto: onnx, openvino and executorch use the export's int8 when it has "
+                "one; torch and openvino otherwise bf16 where the GPU or CPU has it (AVX-512 BF16 / AMX), else fp32. "
+                "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx, openvino and executorch",
         "choices": ENGINE_PRECISIONS})
     device: str = field(default="auto", metadata={
-        "help": DEVICE_HELP + "; the torch engine's (onnx and openvino exports run on the CPU)", "parse": parse_device})
+        "help": DEVICE_HELP + "; the torch engine's (onnx, openvino and executorch exports run on the CPU)",
+        "parse": parse_device})
     threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)",
                                                         "min": 1})
 # What needs an optional module and which extra installs it; every module not named here is in the deploy extra.
@@ -238,6 +240,10 @@ class _Export:
                 raise TypeError("files is not a table")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
+        if ("pte" in self.manifest) != (self.name == "executorch"):  # an ONNX folder and a .pte folder differ
+            made = "--format executorch: use --engine executorch" if "pte" in self.manifest else (
+                "--format onnx: use --engine onnx or openvino")
+            raise UserError(f"{directory} was exported with {made}")
         for key, name in files.items():
             inside(directory, name, f"{manifest_path} files.{key}", DataError)
         _verify_export(directory, self.manifest)
@@ -291,7 +297,49 @@ class OnnxEngine(_Export, OnnxSession):
         use_int8 = "int8" in files if precision == "auto" else precision == "int8"
         super().__init__(self.directory / files["int8" if use_int8 else "fp32"], threads)
         self.precision = "int8" if use_int8 else "fp32"
-        self._open_exits(lambda path, _outputs: OnnxSession(path, threads), self.precision)
+        if use_int8:  # dynamic int8: one row at a time (see PerRow), the exit graphs as well
+            self._open_exits(lambda path, _outputs: PerRow(OnnxSession(path, threads), EXIT_SEQUENCE), "int8")
+        else:
+            self._open_exits(lambda path, _outputs: OnnxSession(path, threads), "fp32")
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.precision == "int8":
+            tagging = self.architecture == "AlbertForTokenClassification"
+            return PerRow(super().__call__, SEQUENCE_OUTPUTS, tagging)(graph_feeds(batch, self.input_names))
+        return super().__call__(batch)
+
+
+# Outputs with a position axis (padded back after a row is run alone); the exit graphs' hidden states.
+SEQUENCE_OUTPUTS = frozenset({"last_hidden_state", "start_logits", "end_logits"})
+EXIT_SEQUENCE = frozenset({"hidden", "hidden_out"})
+
+
+class PerRow:
+    """A session run on each row of a batch alone, cut to the row's own length, sequence outputs padded back
+    with zeros: for dynamic int8, whose activation scales are picked per call (onnxruntime's per tensor),
+    so that a row's answer is the same alone and in any batch (issue 45; measured on SST-2 dev, whole
+    batches moved scores by up to 0.015). ``sequence``: the outputs with a position axis; a tagging head's
+    ``logits`` is one (its engine says so with ``tagging``)."""
+
+    def __init__(self, session: Any, sequence: frozenset[str], tagging: bool = False, min_length: int = 1):
+        self.session, self.min_length = session, min_length
+        self.sequence = sequence | ({"logits"} if tagging else set())
+
+    def __call__(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        feeds = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+                 for k, v in feeds.items()}  # fmt: skip
+        mask = feeds["attention_mask"]
+        S = mask.shape[-1]
+        parts = []
+        for i in range(len(mask)):
+            used = np.flatnonzero(mask[i].reshape(-1, S).any(axis=0))
+            n = min(max(int(used.max()) + 1 if used.size else 1, self.min_length), S)
+            row = {k: v if k == "layer" else v[i : i + 1, :n] if k == "hidden" else v[i : i + 1, ..., :n]
+                   for k, v in feeds.items()}  # fmt: skip
+            out = self.session(row)
+            parts.append({k: np.pad(v, [(0, 0), (0, S - n)] + [(0, 0)] * (v.ndim - 2)) if k in self.sequence and n < S
+                          else v for k, v in out.items()})  # fmt: skip
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 class OpenVinoSession:
@@ -418,10 +466,10 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
         raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if precision not in ENGINE_PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(ENGINE_PRECISIONS)}, not {precision!r}")
-    lacks = {"torch": "int8", "onnx": "bf16"}.get(engine)
+    lacks = {"torch": "int8", "onnx": "bf16", "executorch": "bf16"}.get(engine)
     if precision == lacks:
-        hint = "int8 runs on an export: --engine onnx or openvino" if lacks == "int8" else (
-            "onnxruntime has no bf16 CPU kernels for this graph; bf16 runs on --engine openvino or torch")
+        hint = "int8 runs on an export: --engine onnx, openvino or executorch" if lacks == "int8" else (
+            f"{engine} has no bf16 CPU kernels for this export; bf16 runs on --engine openvino or torch")
         raise UserError(f"--engine {engine} has no {precision}: {hint}")
     if engine != "torch" and parse_device(device).startswith("cuda"):
         raise UserError(f"--device {device}: --engine {engine} runs exports on the CPU here; use --engine torch on "
@@ -430,6 +478,10 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
         return OnnxEngine(directory, threads, precision)
     if engine == "openvino":
         return OpenVinoEngine(directory, threads, precision)
+    if engine == "executorch":
+        from albertlm.deploy.executorch import ExecuTorchEngine
+
+        return ExecuTorchEngine(directory, threads, precision)
     return TorchEngine.load(directory, threads, precision, device)
 
 

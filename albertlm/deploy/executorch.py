@@ -1,0 +1,486 @@
+"""ExecuTorch export and engine: ALBERT as one ``.pte`` program for phones, early exit run by the device's loop.
+
+    albertlm export --model runs/sst2 --format executorch --out runs/sst2-pte --quantize int8 --calibration dev.txt
+    Predictor.load("runs/sst2-pte", engine="executorch").classify(["a gripping film"])
+
+The program (``model.pte`` in fp32, ``model.int8.pte`` in int8) is lowered to ExecuTorch's XNNPACK delegate
+(the CPU backend of Android and iOS) and holds one method per entry point, each with a dynamic batch (up to
+``MAX_ROWS``) and sequence length (up to the model's ``max_position_embeddings``):
+
+- ``forward(input_ids, attention_mask, token_type_ids)`` -> the head's outputs at full depth;
+- for a model with exits: ``embed(...)`` -> the first computed layer's input (N, S, H), and one
+  ``layer_<g>(hidden, attention_mask, layer)`` -> (hidden_out, logits) per stored layer group, ``layer`` (a
+  scalar) picking the exit classifier inside the method, as the ONNX exit graphs do.
+
+The device's own loop calls ``embed`` once and ``layer_<g>`` per computed layer, stopping by the rule of
+``albertlm.deploy.early_exit`` (the ``--engine executorch`` engine runs that same loop here). ExecuTorch
+keys every constant by its content, so the shared layer's weights are stored once however many methods (and
+computed layers in ``forward``) read them: a 12-layer sharing model's fp32 ``.pte`` is about one layer's
+weights plus the embeddings, not twelve.
+
+int8 (``--quantize int8``) is torchao's PT2E flow with ExecuTorch's ``XNNPACKQuantizer``: linear weights int8
+per output channel; activations static int8 with ranges measured on ``--calibration`` inputs, or without them
+dynamic int8, whose activation scales XNNPACK picks per call: the engine then runs the program one row at a
+time, cut to the row's length (as a phone answers one input), so an answer never depends on the other rows
+of its batch (batched whole, a row moved by 1e-3); static int8's scales are fixed. The V x E word embedding
+table, a third of albert-base's weights, is stored int8 per row (``quantized_decomposed.embedding_byte``,
+looked up and scaled by ExecuTorch's quantized kernels). Needs the ``edge`` extra (executorch, built against
+this torch; torchao).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from albertlm.deploy import early_exit
+from albertlm.deploy.inference import _Export, require
+from albertlm.errors import DataError, UserError
+
+PTE_FILES = {"fp32": "model.pte", "int8": "model.int8.pte"}
+MAX_ROWS = 16  # rows per method call (memory is planned for the largest shape); the engine cuts bigger batches
+MIN_SEQ = 2  # torch.export specializes a dimension of size 1, so the dynamic sequence starts at 2
+# Heads a phone runs: the MLM heads tie their decoder to the embedding table and SQuAD 2.0's beam search is a
+# host-side decoding; both stay on --format onnx.
+HEADS = ("AlbertModel", "AlbertForSequenceClassification", "AlbertForTokenClassification",
+         "AlbertForQuestionAnswering", "AlbertForMultipleChoice")  # fmt: skip
+EDGE_HINT = "pip install 'albertlm[edge]'"
+
+
+def _require(module: str) -> Any:
+    try:
+        return require(module)
+    except Exception:
+        raise UserError(f"{module} is needed for ExecuTorch export and --engine executorch: {EDGE_HINT}") from None
+
+
+# --------------------------------------------------------------------------- the program's methods
+class _Forward(nn.Module):
+    """Full depth: positional inputs -> the head's outputs (a tuple, as the program returns them)."""
+
+    def __init__(self, model: nn.Module, outputs: tuple[str, ...]):
+        super().__init__()
+        self.model, self.outputs = model, outputs
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return tuple(getattr(out, name) for name in self.outputs)
+
+
+class _Embed(nn.Module):
+    """(N, S) ids, mask and types -> the first computed layer's input (N, S, H)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+        return self.model.exit_start(input_ids, attention_mask, token_type_ids)[0]
+
+
+class _Layer(nn.Module):
+    """One stored layer group and the exit classifier of ``layer`` (shape (1,)): (hidden, mask, layer) ->
+    (hidden_out, logits). The classifiers are stacked and one is picked by ``index_select``, which export
+    can trace with ``layer`` as data (indexing by a tensor's value cannot be)."""
+
+    def __init__(self, model: nn.Module, first_layer: int):
+        super().__init__()
+        self.model, self.first_layer = model, first_layer
+        layers = range(model.config.num_hidden_layers)
+        self.register_buffer("exit_weight", torch.stack([model.exit_classifier(j).weight.detach() for j in layers]))
+        self.register_buffer("exit_bias", torch.stack([model.exit_classifier(j).bias.detach() for j in layers]))
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, layer: torch.Tensor):
+        from albertlm.model import attention_bias
+
+        h = self.model.albert.encoder.run_layer(hidden, attention_bias(attention_mask, hidden.dtype), self.first_layer)
+        pooled = torch.tanh(self.model.albert.pooler(h[:, 0]))  # (N, H)
+        weight, bias = self.exit_weight.index_select(0, layer)[0], self.exit_bias.index_select(0, layer)[0]
+        return h, pooled @ weight.transpose(0, 1) + bias  # (N, S, H), (N, width)
+
+
+class Int8Embedding(nn.Module):
+    """A V x E table stored int8 with one fp32 scale per row (symmetric, max |row| -> 127): a quarter of the
+    bytes, the looked-up rows within half a step of the fp32 ones."""
+
+    def __init__(self, table: nn.Embedding):
+        super().__init__()
+        w = table.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # (V,)
+        self.register_buffer("weight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scale)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401  (defines the op)
+
+        return torch.ops.quantized_decomposed.embedding_byte.default(self.weight, self.scales, None, -127, 127, ids)
+
+
+# --------------------------------------------------------------------------- export
+def _dims(arch: str, max_seq: int) -> dict[int, Any]:
+    """The dynamic axes of one (N, S) or (B, C, S) input: rows (and choices) up to ``MAX_ROWS``, sequence up to
+    ``max_seq``."""
+    from torch.export import Dim
+
+    rows, seq = Dim("rows", min=1, max=MAX_ROWS), Dim("sequence", min=MIN_SEQ, max=max_seq)
+    if arch == "AlbertForMultipleChoice":
+        return {0: rows, 1: Dim("choices", min=2, max=MAX_ROWS), 2: seq}
+    return {0: rows, 1: seq}
+
+
+def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str, tuple[nn.Module, tuple, Any]]:
+    """method name -> (module, example inputs, dynamic shapes)."""
+    from albertlm.deploy.export import _stored_groups, sample_inputs
+
+    config = model.config
+    choices = 2 if arch == "AlbertForMultipleChoice" else None
+    S = config.max_position_embeddings
+    args = sample_inputs(config, 2, 8, choices)
+    methods: dict[str, tuple[nn.Module, tuple, Any]] = {
+        "forward": (_Forward(model, outputs), args, (_dims(arch, S),) * 3)
+    }
+    if getattr(model, "has_exits", False):
+        flat = tuple(a.reshape(-1, a.shape[-1]) for a in args)
+        methods["embed"] = (_Embed(model), flat, (_dims("flat", S),) * 3)
+        groups = _stored_groups(config)
+        hidden = torch.randn(flat[0].shape[0], flat[0].shape[1], config.hidden_size)
+        for g in sorted(set(groups)):
+            rows = _dims("flat", S)
+            methods[f"layer_{g}"] = (_Layer(model, groups.index(g)), (hidden, flat[1], torch.tensor([0])),
+                                     (rows, rows, None))  # fmt: skip
+    return methods
+
+
+def _for_export(model: nn.Module) -> nn.Module:
+    """A copy whose attention blocks hold their stacked q/k/v weights as constants: the model stacks them per
+    forward (``fused_qkv``), and a weight computed at run time is a matmul XNNPACK does not take (ExecuTorch's
+    portable kernels would run it, several times slower). A shared block is one module, so its stack is
+    stored once."""
+    import types
+
+    model = copy.deepcopy(model).eval()
+    for module in model.modules():
+        if hasattr(module, "fused_qkv") and not hasattr(module, "qkv_weight"):
+            w, b = module.fused_qkv()
+            module.register_buffer("qkv_weight", w.detach().clone())
+            module.register_buffer("qkv_bias", b.detach().clone())
+            module.fused_qkv = types.MethodType(lambda self: (self.qkv_weight, self.qkv_bias), module)
+    return model
+
+
+def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str | None = None,
+          feeds: list[dict[str, np.ndarray]] | None = None) -> bytes:  # fmt: skip
+    """The ``.pte`` program of ``model`` (see the module docstring): fp32, or int8 (static on ``feeds``,
+    else dynamic)."""
+    _require("executorch")
+    import executorch.kernels.quantized  # noqa: F401  (out variants of the quantized ops left outside XNNPACK)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torch.export import export
+
+    model = _for_export(model)
+    if quantize == "int8":
+        model.albert.embeddings.word_embeddings = Int8Embedding(model.albert.embeddings.word_embeddings)
+    methods = _programs(model.eval(), arch, outputs)
+    exported = {}
+    with torch.no_grad(), _quiet_export():
+        for name, (module, args, shapes) in methods.items():
+            if quantize == "int8":
+                module = _quantize_pt2e(module, args, shapes, name, feeds)
+            exported[name] = export(module, args, dynamic_shapes=shapes, strict=False)
+        program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+    return program.buffer
+
+
+def _quantize_pt2e(module: nn.Module, args: tuple, shapes: Any, name: str,
+                   feeds: list[dict[str, np.ndarray]] | None) -> nn.Module:  # fmt: skip
+    """PT2E int8 of one method: XNNPACKQuantizer, weights per channel; static on ``feeds`` (the method's
+    inputs they give), else dynamic."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torch.export import export
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=feeds is None)
+    )
+    graph = export(module, args, dynamic_shapes=shapes, strict=False).module()
+    prepared = prepare_pt2e(graph, quantizer)
+    for inputs in _method_feeds(module, name, feeds or [args]):
+        prepared(*inputs)
+    return convert_pt2e(prepared)
+
+
+def _method_feeds(module: nn.Module, name: str, feeds: list) -> list[tuple]:
+    """Calibration inputs of one method: the forward's and embed's from the encoded inputs, a layer's from the
+    hidden states the fp32 model gives at each layer that runs it."""
+    if feeds and isinstance(feeds[0], tuple):
+        return feeds
+    out = []
+    for feed in feeds:
+        ids = torch.as_tensor(feed["input_ids"])
+        mask = torch.as_tensor(feed.get("attention_mask", np.ones(ids.shape, np.int64)))
+        types = torch.as_tensor(feed.get("token_type_ids", np.zeros(ids.shape, np.int64)))
+        if name == "forward":
+            out.append((ids, mask, types))
+            continue
+        flat = tuple(t.reshape(-1, ids.shape[-1]) for t in (ids, mask, types))
+        if name == "embed":
+            out.append(flat)
+            continue
+        model = module.model
+        from albertlm.deploy.export import _stored_groups
+        from albertlm.model import attention_bias
+
+        group = int(name.split("_")[1])
+        h = model.exit_start(*flat)[0]
+        for layer, g in enumerate(_stored_groups(model.config)):
+            if g == group:
+                out.append((h, flat[1], torch.tensor([layer])))
+            h = model.albert.encoder.run_layer(h, attention_bias(flat[1], h.dtype), layer)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_export():
+    """torch.export and ExecuTorch's lowering warn at length about internals; the export prints one line."""
+    import logging
+    import warnings
+
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            logging.getLogger().setLevel(level)
+
+
+def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str | None = None,
+                      tokenizer_dir: str | Path | None = None, calibration: str | Path | None = None,
+                      gate: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Export ``model_dir`` to ``out_dir`` as ExecuTorch programs (see the module docstring); returns the
+    manifest written. As ``export_onnx``: written into a temp folder and moved into place when complete, every
+    program checked against PyTorch (each method, on a batch of another shape than the traced one), the
+    tokenizer and config.json beside it, deploy.json last. ``gate`` (``albertlm.deploy.gate.Int8Gate``) measures
+    the int8 program against fp32 before anything is moved into place."""
+    import json
+    import shutil
+
+    from albertlm.card import CARD
+    from albertlm.deploy.export import (
+        _check_request,
+        _copy_tokenizer,
+        _staging,
+        _swap_in,
+        calibration_inputs,
+        measure_gate,
+        sample_inputs,
+    )
+    from albertlm.deploy.inference import MANIFEST_FILE, architecture_of, load_torch_model
+    from albertlm.files import sha256
+
+    _require("executorch")
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    _check_request(out_dir, quantize, "ort", calibration)
+    arch = architecture_of(model_dir)
+    if arch not in HEADS:
+        raise UserError(f"--format executorch exports {', '.join(HEADS)}; {model_dir} holds a {arch}: use "
+                        "--format onnx")  # fmt: skip
+    tok_src = Path(tokenizer_dir) if tokenizer_dir else model_dir
+    feeds = calibration_inputs(model_dir, tok_src, Path(calibration)) if calibration is not None else None
+    model = load_torch_model(model_dir)
+    from albertlm.heads import HEADS as ALL_HEADS
+
+    head = ALL_HEADS[arch]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _staging(out_dir) as (tmp, final_dir):
+        manifest: dict[str, Any] = {"architecture": arch, "inputs": list(head.inputs), "outputs": list(head.outputs),
+                                    "pte": {"backend": "xnnpack", "max_rows": MAX_ROWS,
+                                            "max_sequence": model.config.max_position_embeddings},
+                                    "files": {}}  # fmt: skip
+        variants = ["fp32"] + (["int8"] if quantize == "int8" else [])
+        for variant in variants:
+            (tmp / PTE_FILES[variant]).write_bytes(
+                lower(model, arch, head.outputs, variant if variant != "fp32" else None, feeds)
+            )
+            manifest["files"][variant] = PTE_FILES[variant]
+        manifest["int8_activations"] = None if quantize is None else ("static" if feeds is not None else "dynamic")
+        if feeds is not None:
+            manifest["int8_calibration"] = {"file": Path(calibration).name, "batches": len(feeds)}
+        if getattr(model, "has_exits", False):
+            manifest["exit"] = _exit_entry(model, variants)
+        manifest["sizes_bytes"] = {k: (tmp / f).stat().st_size for k, f in manifest["files"].items()}
+        shutil.copyfile(model_dir / "config.json", tmp / "config.json")
+        manifest["tokenizer"] = _copy_tokenizer(tok_src, tmp)
+        written = sorted(p.name for p in tmp.iterdir() if p.is_file() and not p.name.startswith("."))
+        manifest["sha256"] = {name: sha256(tmp / name) for name in written if name != CARD}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest))  # the engines read it for the checks below
+        check = dict(zip(head.inputs, sample_inputs(model.config, 3, 13, 3 if arch == "AlbertForMultipleChoice"
+                                                    else None, seed=1), strict=True))  # fmt: skip
+        for variant in variants:
+            manifest[f"{variant}_max_abs_diff"] = _max_abs_diff(model, ExecuTorchEngine(tmp, precision=variant), check)
+        (tmp / MANIFEST_FILE).unlink()
+        if gate is not None and gate.active and quantize == "int8":
+            manifest["int8_gate"] = measure_gate(gate, tmp, manifest, ["executorch"])
+        _swap_in(tmp, final_dir, written, manifest)
+    return manifest
+
+
+def _exit_entry(model: nn.Module, variants: list[str]) -> dict[str, Any]:
+    """deploy.json's "exit" section: which method runs each computed layer, and the model's saved rule."""
+    from albertlm.deploy.export import _stored_groups
+    from albertlm.deploy.inference import TASK_KEY
+    from albertlm.tasks.kinds import InferenceSettings
+
+    groups = _stored_groups(model.config)
+    order = sorted(set(groups))
+    layers = [f"layer_{g}" for g in order]
+    saved = {k: v for k, v in (model.config.extra.get(TASK_KEY) or {}).items() if k.startswith("exit_")}
+    rule = early_exit.ExitRule.from_settings(InferenceSettings(**saved))
+    return {"heads": model.config.exit_heads, "group_of_layer": [order.index(g) for g in groups],
+            "methods": {"embed": "embed", "layers": layers},
+            "files": {v: {"embed": PTE_FILES[v], "layers": [PTE_FILES[v]] * len(layers)} for v in variants},
+            "rule": rule.settings() if rule else None}  # fmt: skip
+
+
+def _max_abs_diff(model: nn.Module, engine: ExecuTorchEngine, inputs: dict[str, torch.Tensor]) -> float:
+    """Largest |torch - program| over the forward's float outputs and, with exits, every layer's exit logits."""
+    from albertlm.deploy.inference import TorchEngine
+
+    batch = {k: v.numpy() for k, v in inputs.items()}
+    ref = TorchEngine(model, precision="fp32")
+    worst = max(float(np.abs(ref(batch)[k] - v).max()) for k, v in engine(batch).items() if v.dtype.kind == "f")
+    if engine.can_exit:
+        ours, theirs = ref.exit_start(batch), engine.exit_start(batch)
+        for layer in range(model.config.num_hidden_layers):
+            ours, a = ref.exit_step(ours, layer)
+            theirs, b = engine.exit_step(theirs, layer)
+            worst = max(worst, float(np.abs(a - b).max()))
+    return worst
+
+
+# --------------------------------------------------------------------------- engine
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """XNNPACK's cpuinfo writes lines about /sys files to the process's stderr when a program loads; they
+    say nothing to a user, so file descriptor 2 points at /dev/null meanwhile."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class _Method:
+    """One method of a loaded program as a session: ``{input name: array} -> {output name: array}``, cut into
+    calls of at most ``MAX_ROWS`` rows, or with ``per_row`` one call per row cut to its own length
+    (``PerRow``: the dynamic int8 program, whose activation scales XNNPACK picks per call, answers a row as it
+    does alone); ``sequence`` names the outputs with a position axis."""
+
+    def __init__(self, program: Any, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path,
+                 per_row: bool = False, sequence: frozenset[str] = frozenset()):  # fmt: skip
+        with _native_stderr_silenced():
+            self.method = program.load_method(name)
+        if self.method is None:
+            raise DataError(f"{path} has no method {name!r}; export it again: albertlm export --format executorch")
+        self.name, self.inputs, self.outputs, self.path = name, inputs, outputs, path
+        self.per_row, self.sequence = per_row, sequence
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        from albertlm.deploy.inference import PerRow, graph_feeds
+
+        feeds = graph_feeds(batch, list(self.inputs))
+        return PerRow(self._execute, self.sequence, min_length=MIN_SEQ)(feeds) if self.per_row else self._execute(feeds)
+
+    def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = len(feeds[self.inputs[0]])
+        parts = []
+        for start in range(0, rows, MAX_ROWS):
+            args = [torch.from_numpy(np.ascontiguousarray(feeds[k].reshape(1) if k == "layer"  # not per row
+                                                          else feeds[k][start : start + MAX_ROWS]))
+                    for k in self.inputs]  # fmt: skip
+            try:
+                parts.append([t.numpy().copy() for t in self.method.execute(args)])
+            except RuntimeError as e:
+                raise DataError(f"{self.path}: ExecuTorch could not run {self.name} on inputs of shape "
+                                f"{tuple(args[0].shape)} ({str(e).splitlines()[0][:160]})") from None  # fmt: skip
+        return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(self.outputs)}
+
+
+class _ExitMethods(early_exit.ExitGraphs):
+    """The exit loop's state and steps (``ExitGraphs``) over the program's ``embed`` and ``layer_<g>``."""
+
+    def __init__(self, program: Any, entry: dict[str, Any], path: Path, per_row: bool):
+        methods = entry["methods"]
+        self.embed = _Method(program, methods["embed"], ("input_ids", "attention_mask", "token_type_ids"),
+                             ("hidden",), path, per_row, frozenset({"hidden"}))  # fmt: skip
+        self.layers = [_Method(program, name, ("hidden", "attention_mask", "layer"), ("hidden_out", "logits"), path,
+                               per_row, frozenset({"hidden_out"})) for name in methods["layers"]]  # fmt: skip
+        self.group_of_layer = list(entry["group_of_layer"])
+
+
+class ExecuTorchEngine(_Export):
+    """An ``albertlm export --format executorch`` folder run by ExecuTorch's Python runtime (the XNNPACK
+    kernels a phone runs, on this CPU). ``precision``: ``auto`` (the int8 program when the export has one),
+    ``fp32`` or ``int8``."""
+
+    name = "executorch"
+
+    def __init__(self, directory: str | Path, threads: int | None = None, precision: str = "auto"):
+        files = self._open_export(directory)
+        if precision not in ("auto", "fp32", "int8"):
+            raise UserError(f"--engine executorch runs the fp32 or int8 program, not {precision!r}")
+        if precision == "int8" and "int8" not in files:
+            raise FileNotFoundError(f"{directory} has no int8 program; export with --format executorch --quantize int8")
+        self.precision = "int8" if (precision == "int8" or (precision == "auto" and "int8" in files)) else "fp32"
+        _require("executorch")
+        import executorch.kernels.quantized  # noqa: F401  (the int8 embedding's kernels, registered on import)
+        from executorch.extension.pybindings import portable_lib
+        from executorch.runtime import Runtime
+
+        if threads:
+            portable_lib._unsafe_reset_threadpool(threads)
+        self.path = self.directory / files[self.precision]
+        with _native_stderr_silenced():
+            try:
+                self.program = Runtime.get().load_program(self.path)
+            except (RuntimeError, ValueError) as e:
+                raise DataError(f"{self.path}: ExecuTorch cannot load this program ({str(e)[:160]}); export it "
+                                "again") from None  # fmt: skip
+        # dynamic int8 runs row by row (see _Method): an answer is the same alone and in any batch
+        self.per_row = self.precision == "int8" and self.manifest.get("int8_activations") == "dynamic"
+        sequence = {"last_hidden_state", "start_logits", "end_logits"}
+        if self.architecture == "AlbertForTokenClassification":
+            sequence.add("logits")
+        self.forward = _Method(self.program, "forward", self.head.inputs, self.head.outputs, self.path, self.per_row,
+                               frozenset(sequence))  # fmt: skip
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        return self.forward(batch)
+
+    @property
+    def exit_graphs(self) -> early_exit.ExitGraphs:
+        if self._exit_graphs is None:
+            self._exit_graphs = _ExitMethods(self.program, self.manifest["exit"], self.path, self.per_row)
+        return self._exit_graphs
+
+
+__all__ = ["HEADS", "MAX_ROWS", "PTE_FILES", "ExecuTorchEngine", "Int8Embedding", "lower"]
