@@ -267,8 +267,12 @@ def test_train_exits_only_keeps_the_full_depth_answers(tmp_path, capsys):
     tiny_flags = [f"--set={k}={v}" for k, v in TINY.items()]
     assert main([*base, "--model", "albert-tiny", "--out", str(first), *tiny_flags]) == 0
     assert main([*base, "--model", str(first), "--out", str(tmp_path / "exits"), "--exits", "per-layer",
-                 "--train-exits-only"]) == 0  # fmt: skip
+                 "--train-exits-only", "--eval-every", "2"]) == 0  # fmt: skip
     capsys.readouterr()
+    # the full-depth score of step 2 and step 4 is the same (only the exits learn): the newest heads are kept
+    evals = [json.loads(line) for line in (tmp_path / "exits" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals if "accuracy" in e] == [2, 4]
+    assert json.loads((tmp_path / "exits" / "metrics.json").read_text())["best_step"] == 4
     before = AlbertForSequenceClassification.from_pretrained(first)
     after = AlbertForSequenceClassification.from_pretrained(tmp_path / "exits")
     fresh = AlbertForSequenceClassification(after.config)
