@@ -12,10 +12,14 @@ real lengths, with fixed threads, at batch 1 (each sentence alone) and batch 32:
                        tokenizer with padding=True per batch; it cannot exit
   ours-exit-<engine>   albertlm with the exit rule, on every engine above
 
-The exit rule is the fastest of a grid (patience 1-6, confidence 0.6-0.99) whose dev score on our torch
-fp32 engine is within ``--tolerance`` (0.5 points) of full depth, unless ``--rule`` names one (PABEE too picks
-its patience on dev; the grid and every rule's score are in the JSON). Engines are timed in alternation, one
-pass of each per round; medians over rounds; ratios of medians.
+The dev rows are split once, seeded (``--sweep-select-fraction``, ``--sweep-seed``, as ``albertlm evaluate
+--exit-sweep`` does, with the same code): the exit rule is chosen on the first part, the fewest mean layers of
+the sweep's grid whose score on our torch fp32 engine is at most ``--sweep-max-drop`` below full depth (unless
+``--rule`` names one), and every accuracy, speed and ratio reported comes from the other part, which no choice
+saw. Each exit engine is compared with the same engine at full depth on those rows: the paired change with a
+bootstrap interval and exact McNemar's p. Engines are timed in alternation, one pass of each per round; medians
+over rounds with their min-max; ratios of medians. A rule that computes no fewer layers than full depth is
+reported as no speed-up, never as a ratio.
 
     python benchmarks/early_exit.py --model runs/ee/ft/en-sst2 --task sst2 --data ../shared/data/glue_sst2 \\
         --threads 2 --rounds 5 --json docs/results/early_exit/sst2.json
@@ -24,6 +28,7 @@ pass of each per round; medians over rounds; ratios of medians.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -34,33 +39,23 @@ from inference import build_peer, machine, openvino_precisions
 from timing import write_result
 
 import albertlm
+from albertlm.commands.flags import add_flags, build
 from albertlm.deploy.early_exit import ExitRule
 from albertlm.deploy.export import calibration_inputs, export_onnx
 from albertlm.deploy.inference import Predictor
-from albertlm.research.exit_sweep import CONFIDENCES
+from albertlm.research import exit_sweep
 from albertlm.tasks import RowPolicy, get_task, read_split
 
 
-def rule_grid() -> list[ExitRule]:
-    return [ExitRule(patience=t) for t in range(1, 7)] + [ExitRule(confidence=p) for p in CONFIDENCES]
-
-
-def pick_rule(predictor: Predictor, examples: list, tolerance: float) -> tuple[ExitRule, list[dict], float]:
-    """The rule with the fewest mean layers whose score is within ``tolerance`` of full depth."""
-    metric = predictor.task.main_metric
-    full = predictor.with_settings(**ExitRule().settings()).evaluate(examples)[0][metric]
+def pick_rule(predictor: Predictor, examples: list, max_drop: float) -> tuple[ExitRule | None, list[dict]]:
+    """The sweep's grid scored on ``examples`` (the choosing rows) and the rule ``exit_sweep.choose`` takes."""
     rows = []
-    for rule in rule_grid():
-        result = predictor.with_settings(**rule.settings()).evaluate(examples)[0]
-        rows.append({"rule": rule.describe(), "settings": rule.settings(), "score": result[metric],
-                     "mean_layers": result["mean_layers"]})  # fmt: skip
-        print(f"  {rule.describe()}: {metric} {result[metric]:.4f} (full depth {full:.4f}), "
-              f"{result['mean_layers']:.2f} layers", flush=True)
-    ok = [r for r in rows if r["score"] >= full - tolerance]
-    best = min(ok, key=lambda r: r["mean_layers"]) if ok else None
-    if best is None:
-        raise SystemExit(f"no rule of the grid stays within {tolerance} of full depth ({full:.4f})")
-    return ExitRule(**{k.removeprefix("exit_"): v for k, v in best["settings"].items()}), rows, full
+    for rule in exit_sweep.default_grid(predictor.config.num_hidden_layers, regression=False):
+        row, _ = exit_sweep.score_rule(predictor, examples, rule)
+        rows.append(row)
+        print(f"  {row['rule']}: {row['metric']} {row['score']:.4f}, {row['mean_layers']:.2f} layers", flush=True)
+    chosen = exit_sweep.choose(rows, max_drop)
+    return (exit_sweep.rule_of(chosen["settings"]) if chosen else None), rows
 
 
 def ours(model: Path, export: Path, threads: int, rule: ExitRule | None) -> dict[str, Predictor]:
@@ -100,20 +95,25 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--latency-inputs", type=int, default=300, help="dev sentences timed one at a time (batch 1)")
-    ap.add_argument("--tolerance", type=float, default=0.005, help="largest score drop of the chosen rule")
+    ap.add_argument("--latency-inputs", type=int, default=300,
+                    help="held-out dev sentences timed one at a time (batch 1)")  # fmt: skip
     ap.add_argument("--rule", default=None, help="e.g. patience=2 or confidence=0.9 (default: chosen on dev)")
     ap.add_argument("--work", type=Path, default=None, help="where the exports go (default: beside --model)")
     ap.add_argument("--json", type=Path, default=None)
+    add_flags(ap, exit_sweep.SweepSettings, skip=("rounds",))
     args = ap.parse_args()
     import transformers
 
+    s = build(args, exit_sweep.SweepSettings, skip=("rounds",), rounds=args.rounds)
+    load_start = os.getloadavg()
     torch.set_num_threads(args.threads)
     task = get_task(args.task)
     examples, dev_path = read_split(task, args.data, "dev", RowPolicy())
     train, _ = read_split(task, args.data, "train", RowPolicy())
-    texts = [ex.text_a for ex in examples]
-    gold = [ex.label for ex in examples]
+    select, held = exit_sweep.split_rows(len(examples), s.select_fraction, s.seed)
+    choosing, scored = [examples[i] for i in select], [examples[i] for i in held]
+    texts = [ex.text_a for ex in scored]
+    gold = [ex.label for ex in scored]
     work = args.work or args.model.parent / f"{args.model.name}-bench"
     calibration = work / "calibration.txt"
     work.mkdir(parents=True, exist_ok=True)
@@ -121,13 +121,17 @@ def main() -> None:
     print(f"exporting {args.model} (fp32, int8, OpenVINO int8 on {calibration})", flush=True)
     export_onnx(args.model, work / "ours", quantize="int8", calibration=calibration)
     reference = Predictor.load(args.model, "torch", args.threads, precision="fp32", overrides={"eval_batch_size": 32})
+    layers = reference.config.num_hidden_layers
     if args.rule:
         name, value = args.rule.split("=")
-        rule, grid, full_score = ExitRule(**{name: float(value) if "." in value else int(value)}), [], None
+        rule, grid = ExitRule(**{name: float(value) if "." in value else int(value)}), []
     else:
-        print("choosing the rule on dev (torch fp32):", flush=True)
-        rule, grid, full_score = pick_rule(reference, examples, args.tolerance)
-    print(f"rule: {rule.describe()}", flush=True)
+        print(f"choosing the rule on {len(choosing)} of {len(examples)} dev rows (seed {s.seed}, torch fp32):")
+        rule, grid = pick_rule(reference, choosing, s.max_drop)
+        if rule is None:
+            raise SystemExit(f"no rule of the grid computes fewer layers within {s.max_drop:g} of full depth on the "
+                             "choosing rows: full depth stays, nothing to benchmark")  # fmt: skip
+    print(f"rule: {rule.describe()}; scored and timed on the other {len(scored)} rows", flush=True)
     max_len = reference.settings.max_seq_length
     peer = build_peer(args.model, work / "peer", args.threads,
                       calibration_inputs(args.model, args.model, calibration))  # fmt: skip
@@ -144,15 +148,20 @@ def main() -> None:
         for name, session in peer.items():
             runs[(name, batch)] = peer_runs(session, hf_tok, subset, batch, max_len, labels)
     results: dict[str, dict] = {}
+    right: dict[tuple, np.ndarray] = {}
     for (name, batch), fn in runs.items():  # warm-up, and what each path answers
         rows = fn()
-        subset_gold = gold[: len(rows)]
+        right[(name, batch)] = np.array([r["label"] == g for r, g in zip(rows, gold[: len(rows)], strict=True)])
         entry = results.setdefault(name, {})
-        entry[f"batch{batch}_accuracy"] = float(np.mean([r["label"] == g for r, g in zip(rows, subset_gold,
-                                                                                        strict=True)]))  # fmt: skip
+        entry[f"batch{batch}_accuracy"] = float(right[(name, batch)].mean())
         if "layer" in rows[0]:
             entry[f"batch{batch}_mean_layers"] = float(np.mean([r["layer"] for r in rows]))
         print(f"  {name} batch {batch}: accuracy {entry[f'batch{batch}_accuracy']:.4f}", flush=True)
+    for (name, batch), mine in right.items():  # each exit engine against the same engine at full depth
+        if name.startswith("ours-exit-"):
+            full = right[(name.replace("ours-exit-", "ours-full-"), batch)]
+            change = exit_sweep.paired_change(lambda idx, r: float(r[idx].mean()), full, mine, s.resamples, s.seed)
+            results[name][f"batch{batch}_vs_full"] = {**change, **exit_sweep.mcnemar_p(full, mine)}
     times: dict[tuple, list[float]] = {k: [] for k in runs}
     for r in range(args.rounds):
         for key, fn in runs.items():
@@ -162,15 +171,20 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     for (name, batch), ts in times.items():
         n = len(short) if batch == 1 else len(texts)
-        results[name][f"batch{batch}_sentences_per_s"] = n / statistics.median(ts)
+        rates = [n / t for t in ts]
+        results[name][f"batch{batch}_sentences_per_s"] = statistics.median(rates)
+        results[name][f"batch{batch}_sentences_per_s_range"] = [min(rates), max(rates)]
         results[name][f"batch{batch}_seconds"] = ts
-    summary = summarize(results)
+    summary = summarize(results, layers)
     out = {
-        "what": "early exit vs the peer, text in -> labels out on dev sentences at their real lengths",
+        "what": "early exit vs the peer, text in -> labels out on held-out dev sentences at their real lengths",
         "machine": machine(), "threads": args.threads, "rounds": args.rounds, "model": str(args.model),
-        "layers": reference.config.num_hidden_layers, "hidden_size": reference.config.hidden_size,
-        "task": task.name, "dev_file": str(dev_path), "dev_sentences": len(texts), "latency_inputs": len(short),
-        "rule": rule.describe(), "rule_settings": rule.settings(), "full_depth_score": full_score, "grid": grid,
+        "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
+        "layers": layers, "hidden_size": reference.config.hidden_size,
+        "task": task.name, "dev_file": str(dev_path), "dev_sentences": len(examples),
+        "sweep_settings": s.__dict__.copy(), "choosing_rows": len(choosing), "scored_rows": len(scored),
+        "latency_inputs": len(short), "rule": rule.describe(), "rule_settings": rule.settings(),
+        "grid_on_choosing_rows": grid,
         "versions": {"albertlm": albertlm.__version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "onnxruntime": __import__("onnxruntime").__version__,
                      "openvino": __import__("openvino").__version__},
@@ -180,8 +194,15 @@ def main() -> None:
     write_result(out, args.json, "docs/results/early_exit/README.md says how to read it")
 
 
-def summarize(results: dict[str, dict]) -> dict:
-    """Best engine of each group per batch size, and the ratios the issue's targets are stated in."""
+def _ratio(a: dict, b: dict, key: str) -> dict:
+    """a's rate over b's: the ratio of medians, and its spread (a's slowest round over b's fastest, and back)."""
+    (a_lo, a_hi), (b_lo, b_hi) = a[key + "_range"], b[key + "_range"]
+    return {"median": a[key] / b[key], "range": [a_lo / b_hi, a_hi / b_lo]}
+
+
+def summarize(results: dict[str, dict], layers: int) -> dict:
+    """Best engine of each group per batch size, and the ratios the issue's targets are stated in; none (no
+    speed-up) where the exit engine computes no fewer layers than full depth."""
     summary: dict = {}
     for batch in (1, 32):
         key = f"batch{batch}_sentences_per_s"
@@ -190,35 +211,51 @@ def summarize(results: dict[str, dict]) -> dict:
             names = [n for n in results if n.startswith(group + "-")]
             top = max(names, key=lambda n: results[n][key])
             best[group] = {"engine": top, "sentences_per_s": results[top][key],
+                           "range": results[top][key + "_range"],
                            "accuracy": results[top][f"batch{batch}_accuracy"]}  # fmt: skip
         exit_engine = best["ours-exit"]["engine"]
-        full_same = exit_engine.replace("ours-exit-", "ours-full-")
+        ex, full_same = results[exit_engine], results[exit_engine.replace("ours-exit-", "ours-full-")]
+        faster = ex[f"batch{batch}_mean_layers"] < layers
         summary[f"batch{batch}"] = {
             **best,
-            "exit_vs_peer_best": best["ours-exit"]["sentences_per_s"] / best["peer"]["sentences_per_s"],
-            "exit_vs_our_full_best": best["ours-exit"]["sentences_per_s"] / best["ours-full"]["sentences_per_s"],
-            "exit_vs_full_same_engine": results[exit_engine][key] / results[full_same][key],
-            "accuracy_change_same_engine": results[exit_engine][f"batch{batch}_accuracy"]
-            - results[full_same][f"batch{batch}_accuracy"],
+            "mean_layers": ex[f"batch{batch}_mean_layers"],
+            "exit_vs_peer_best": _ratio(ex, results[best["peer"]["engine"]], key) if faster else None,
+            "exit_vs_our_full_best": _ratio(ex, results[best["ours-full"]["engine"]], key) if faster else None,
+            "exit_vs_full_same_engine": _ratio(ex, full_same, key) if faster else None,
+            "accuracy_change_same_engine": ex[f"batch{batch}_vs_full"],
         }
     return summary
 
 
+def _x(r: dict | None) -> str:
+    return exit_sweep.NO_SPEEDUP if r is None else f"{r['median']:.2f}x ({r['range'][0]:.2f}-{r['range'][1]:.2f})"
+
+
 def print_table(out: dict) -> None:
-    print(f"\n{out['task']}: {out['layers']} layers, H={out['hidden_size']}, rule {out['rule']}, {out['machine']}, "
-          f"{out['threads']} threads")  # fmt: skip
-    print("| engine | batch 1 sentences/s | batch 32 sentences/s | dev accuracy (batch 32) | mean layers |")
-    print("|---|---|---|---|---|")
+    print(f"\n{out['task']}: {out['layers']} layers, H={out['hidden_size']}, rule {out['rule']} (chosen on "
+          f"{out['choosing_rows']} dev rows; below: the other {out['scored_rows']}), {out['machine']}, "
+          f"{out['threads']} threads, load average {out['load_average']['start'][0]:.2f} at the start, "
+          f"{out['load_average']['end'][0]:.2f} at the end")
+    print("| engine | batch 1 sentences/s | batch 32 sentences/s | held-out accuracy (batch 32) | mean layers | "
+          "change vs full depth, same engine (95% interval; McNemar p) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for name, r in out["engines"].items():
-        layers = r.get("batch32_mean_layers")
-        print(f"| {name} | {r['batch1_sentences_per_s']:.0f} | {r['batch32_sentences_per_s']:.0f} | "
-              f"{r['batch32_accuracy']:.4f} | {layers if layers is None else f'{layers:.2f}'} |")
+        layers = r.get("batch32_mean_layers", out["layers"])
+        vs = r.get("batch32_vs_full")
+        change = "" if vs is None else (f"{vs['change']:+.4f} ({vs['interval'][0]:+.4f} to {vs['interval'][1]:+.4f}; "
+                                        f"{vs['lost']} lost, {vs['gained']} gained, p={vs['p']:.3g})")  # fmt: skip
+        rates = [f"{r[f'batch{b}_sentences_per_s']:.0f} ({r[f'batch{b}_sentences_per_s_range'][0]:.0f}-"
+                 f"{r[f'batch{b}_sentences_per_s_range'][1]:.0f})" for b in (1, 32)]  # fmt: skip
+        print(f"| {name} | {rates[0]} | {rates[1]} | {r['batch32_accuracy']:.4f} | "
+              f"{layers:.2f} | {change} |")
     for batch in (1, 32):
         s = out["summary"][f"batch{batch}"]
-        print(f"batch {batch}: ours with exits ({s['ours-exit']['engine']}) {s['exit_vs_peer_best']:.2f}x the peer's "
-              f"best ({s['peer']['engine']}), {s['exit_vs_our_full_best']:.2f}x our best at full depth "
-              f"({s['ours-full']['engine']}); accuracy change on the same engine "
-              f"{s['accuracy_change_same_engine']:+.4f}")
+        c = s["accuracy_change_same_engine"]
+        print(f"batch {batch}: ours with exits ({s['ours-exit']['engine']}, {s['mean_layers']:.2f} layers) "
+              f"{_x(s['exit_vs_peer_best'])} the peer's best ({s['peer']['engine']}), "
+              f"{_x(s['exit_vs_our_full_best'])} our best at full depth ({s['ours-full']['engine']}); accuracy change "
+              f"on the same engine {c['change']:+.4f} ({c['interval'][0]:+.4f} to {c['interval'][1]:+.4f}, "
+              f"McNemar p={c['p']:.3g})")
 
 
 if __name__ == "__main__":

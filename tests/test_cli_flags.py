@@ -15,6 +15,7 @@ from albertlm.data.shards import BuildSettings
 from albertlm.deploy.export import ExportSettings
 from albertlm.deploy.serve import BatchSettings
 from albertlm.errors import flag_name
+from albertlm.research.exit_sweep import SweepSettings
 from albertlm.tasks.kinds import InferenceSettings
 from albertlm.training.finetune import Settings
 from albertlm.training.pretrain import PretrainConfig
@@ -41,6 +42,7 @@ def test_defaults_equal_the_library_defaults():
         args = parse(command)
         assert all(getattr(args, f.name) is None for f in dataclasses.fields(InferenceSettings))
     assert build(parse("serve"), BatchSettings) == BatchSettings()
+    assert build(parse("evaluate"), SweepSettings) == SweepSettings()
     assert build(parse("export"), ExportSettings) == ExportSettings()
     data_build = build_parser().parse_args(["data", "build", "--input", "x", "--tokenizer", "t", "--out", "o"])
     assert build(data_build, InstanceConfig) == InstanceConfig()
@@ -50,7 +52,8 @@ def test_defaults_equal_the_library_defaults():
 @pytest.mark.parametrize("command, cls", [("pretrain", PretrainConfig), ("finetune", Settings),
                                           ("predict", InferenceSettings), ("serve", InferenceSettings),
                                           ("serve", BatchSettings), ("export", ExportSettings),
-                                          ("data build", InstanceConfig), ("data build", BuildSettings)])  # fmt: skip
+                                          ("data build", InstanceConfig), ("data build", BuildSettings),
+                                          ("evaluate", SweepSettings)])  # fmt: skip
 def test_every_help_shows_the_library_default(command, cls):
     sub = build_parser()
     for name in command.split():
@@ -89,6 +92,21 @@ def test_one_set_parser_for_every_command():
     for bad in ("hidden_size=big", "nope=1", "hidden_size", "project_embeddings=maybe"):
         with pytest.raises(ConfigError):
             parse_overrides([bad])
+
+
+def test_init_takes_set_like_pretrain(tmp_path, capsys):
+    from albertlm.cli import main
+    from albertlm.config import AlbertConfig
+
+    out = tmp_path / "m"
+    assert main(["init", "--preset", "albert-tiny", "--set", "hidden_size=48", "--set", "num_hidden_layers=3",
+                 "--embedding-size", "24", "--out", str(out)]) == 0  # fmt: skip
+    config = AlbertConfig.load(out)
+    assert (config.hidden_size, config.num_hidden_layers, config.embedding_size) == (48, 3, 24)
+    capsys.readouterr()
+    assert main(["init", "--preset", "albert-tiny", "--set", "nope=1", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--set 'nope=1'" in err and len(err.splitlines()) == 1 and not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize("command", [

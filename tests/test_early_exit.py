@@ -20,6 +20,7 @@ from albertlm.deploy.early_exit import ExitRule
 from albertlm.deploy.inference import Predictor, TorchEngine
 from albertlm.errors import UserError
 from albertlm.heads import depth_weighted
+from albertlm.research import exit_sweep
 from albertlm.tasks import InferenceSettings, get_task
 from albertlm.tokenizer import load_tokenizer
 from albertlm.training.finetune import Settings, build_model, save
@@ -266,8 +267,12 @@ def test_train_exits_only_keeps_the_full_depth_answers(tmp_path, capsys):
     tiny_flags = [f"--set={k}={v}" for k, v in TINY.items()]
     assert main([*base, "--model", "albert-tiny", "--out", str(first), *tiny_flags]) == 0
     assert main([*base, "--model", str(first), "--out", str(tmp_path / "exits"), "--exits", "per-layer",
-                 "--train-exits-only"]) == 0  # fmt: skip
+                 "--train-exits-only", "--eval-every", "2"]) == 0  # fmt: skip
     capsys.readouterr()
+    # the full-depth score of step 2 and step 4 is the same (only the exits learn): the newest heads are kept
+    evals = [json.loads(line) for line in (tmp_path / "exits" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals if "accuracy" in e] == [2, 4]
+    assert json.loads((tmp_path / "exits" / "metrics.json").read_text())["best_step"] == 4
     before = AlbertForSequenceClassification.from_pretrained(first)
     after = AlbertForSequenceClassification.from_pretrained(tmp_path / "exits")
     fresh = AlbertForSequenceClassification(after.config)
@@ -278,22 +283,91 @@ def test_train_exits_only_keeps_the_full_depth_answers(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- the sweep, transformers
-def test_exit_sweep_writes_table_json_and_png(tmp_path, capsys):
+def test_exit_sweep_chooses_on_some_rows_and_scores_on_the_others(tmp_path, capsys):
     model = exit_model_dir(tmp_path)
     out = tmp_path / "sweep"
-    assert main(["evaluate", "--model", str(model), "--data", str(SST2), "--limit", "24", "--exit-sweep",
-                 "--out", str(out), "--precision", "fp32"]) == 0  # fmt: skip
+    run = ["evaluate", "--model", str(model), "--data", str(SST2), "--limit", "24", "--exit-sweep", "--out", str(out),
+           "--precision", "fp32", "--sweep-rounds", "1", "--sweep-max-drop", "1"]  # fmt: skip
+    assert main(run) == 0
     table = capsys.readouterr().out
     result = json.loads((out / "exit_sweep.json").read_text())
+    assert result["selection_rows"] == 12 and result["heldout_rows"] == 12
     rules = [r["rule"] for r in result["rows"]]
     assert rules[0] == "full depth" and "patience 1" in rules and "confidence 0.9" in rules and "entropy 0.1" in rules
     full = result["rows"][0]
     assert full["mean_layers"] == L and full["latency_speedup"] == 1.0
-    assert all(1 <= r["mean_layers"] <= L and r["throughput"] > 0 and r["latency_ms"] > 0 for r in result["rows"])
+    assert all(1 <= r["mean_layers"] <= L and r["throughput"]["median"] > 0 for r in result["rows"])
+    for r in result["rows"][1:]:  # a rule that computes every layer has no speed-up, whatever the clock said
+        assert (r["latency_speedup"] is None) == (r["mean_layers"] >= L)
+    h = result["heldout"]  # max drop 1: the fewest layers of the grid is chosen, then scored on the other rows
+    assert result["chosen"] == min(result["rows"][1:], key=lambda r: (r["mean_layers"], -r["score"]))["rule"]
+    assert h["rows"] == 12 and h["rule"]["rule"] == result["chosen"] and h["full"]["mean_layers"] == L
+    assert h["change"]["interval"][0] <= h["change"]["change"] <= h["change"]["interval"][1]
+    assert 0 <= h["mcnemar"]["p"] <= 1 and h["latency_speedup"] is not None
     lines = (out / "exit_sweep.md").read_text().count("\n|")
-    assert "| patience 1 |" in table and lines == len(rules) + 2  # the header and its rule line, then one a rule
+    assert "| patience 1 |" in table and "McNemar" in table and lines == len(rules) + 2 + 4  # grid, then held-out
     assert (out / "exit_sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*run, "--save-exit-rule"]) == 0  # saves the rule the sweep chose
+    assert "saved the rule chosen" in capsys.readouterr().err
+    assert Predictor.load(model).exit_rule.describe() == result["chosen"]
     assert main(["evaluate", "--model", str(model), "--data", str(SST2), "--exit-sweep"]) == 2  # needs --out
+    assert main(["evaluate", "--model", str(model), "--data", str(SST2), "--sweep-seed", "3"]) == 2
+    assert "add --exit-sweep" in capsys.readouterr().err
+
+
+def test_held_out_split_is_disjoint_and_seeded():
+    select, held = exit_sweep.split_rows(100, 0.3, seed=7)
+    assert len(select) == 30 and len(held) == 70 and sorted(select + held) == list(range(100))
+    assert (select, held) == exit_sweep.split_rows(100, 0.3, seed=7)
+    assert select != exit_sweep.split_rows(100, 0.3, seed=8)[0] and select != list(range(30))
+    with pytest.raises(UserError, match="--sweep-select-fraction"):
+        exit_sweep.split_rows(3, 0.1, seed=0)  # nothing left to choose on
+
+
+def test_paired_change_and_mcnemar_on_a_known_case():
+    # 200 rows: both right on 150, both wrong on 33, 15 lost by the rule, 2 gained (the issue's 17 changed labels)
+    full = np.array([True] * 150 + [False] * 33 + [True] * 15 + [False] * 2)
+    rule = np.array([True] * 150 + [False] * 33 + [False] * 15 + [True] * 2)
+    m = exit_sweep.mcnemar_p(full, rule)
+    assert (m["lost"], m["gained"]) == (15, 2)
+    assert m["p"] == pytest.approx(2 * (1 + 17 + 136) / 2**17)  # two-sided exact binomial: 2 P(X <= 2), X~B(17, 1/2)
+    assert exit_sweep.mcnemar_p(full, full)["p"] == 1.0
+
+    def accuracy(idx, right):
+        return float(np.mean(right[idx]))
+
+    c = exit_sweep.paired_change(accuracy, full, rule, resamples=2000, seed=0)
+    assert c["change"] == pytest.approx(-13 / 200)
+    se = np.sqrt((17 / 200 - (13 / 200) ** 2) / 200)  # the paired differences' standard error
+    assert c["interval"] == pytest.approx([-13 / 200 - 1.96 * se, -13 / 200 + 1.96 * se], abs=0.008)
+    same = exit_sweep.paired_change(accuracy, full, full, resamples=200, seed=0)
+    assert same["change"] == 0 and same["interval"] == [0.0, 0.0]
+    gain = exit_sweep.paired_change(accuracy, np.zeros(10, bool), np.ones(10, bool), resamples=200, seed=0)
+    assert gain["interval"] == [1.0, 1.0]
+
+
+def test_a_rule_that_exits_no_earlier_is_no_speed_up_and_never_chosen():
+    def row(rule, settings, score, layers, ms, rate):
+        t = {"latency_ms": {"median": ms, "min": ms, "max": ms}, "throughput": {"median": rate, "min": rate,
+             "max": rate}}  # fmt: skip
+        return {"rule": rule, "settings": settings, "score": score, "metric": "acc", "mean_layers": layers,
+                "batch_size": 32, **t}  # fmt: skip
+
+    full = row("full depth", None, 0.80, 6.0, 10.0, 100.0)
+    late = row("confidence 0.99", ExitRule(confidence=0.99).settings(), 0.81, 6.0, 8.0, 130.0)  # a lucky clock
+    early = row("patience 2", ExitRule(patience=2).settings(), 0.797, 3.0, 5.0, 200.0)
+    worse = row("patience 1", ExitRule(patience=1).settings(), 0.70, 1.5, 2.5, 400.0)
+    assert exit_sweep.speedup(full, late, "latency_ms") is None and exit_sweep.speedup(full, late, "throughput") is None
+    assert exit_sweep.speedup(full, early, "latency_ms") == 2.0 and exit_sweep.speedup(full, early, "throughput") == 2.0
+    assert exit_sweep.choose([full, late, early, worse], max_drop=0.005) is early
+    assert exit_sweep.choose([full, late, worse], max_drop=0.005) is None  # full depth stays
+    for r in (full, late, early, worse):
+        r["score_change"] = r["score"] - full["score"]
+        r["latency_speedup"], r["throughput_speedup"] = (exit_sweep.speedup(full, r, k) for k in ("latency_ms",
+                                                                                                 "throughput"))
+    text = exit_sweep.table([full, late, early])
+    assert "| confidence 0.99 | 0.8100 | +0.0100 | 6.00 | 8.00 (8.00-8.00) | no speed-up |" in text
+    assert "| 2.00x |" in text
 
 
 def test_transformers_loads_a_model_with_exits(tmp_path):

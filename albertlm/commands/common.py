@@ -12,13 +12,26 @@ INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("-
 
 
 def add_model_overrides(p: argparse.ArgumentParser, groups: bool = False) -> None:
-    """The model-shape shortcuts next to ``--set`` (init, pretrain): the sharing mode, E and (``groups``) G."""
+    """``--set FIELD=VALUE`` and the model-shape shortcuts beside it (init, pretrain): the sharing mode, E and
+    (``groups``) G; ``model_overrides`` reads them."""
     from albertlm.config import SHARING_MODES
 
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any AlbertConfig field, e.g. --set hidden_size=256 --set num_hidden_layers=4")
     p.add_argument("--sharing", choices=SHARING_MODES, help="override the sharing mode")
     p.add_argument("--embedding-size", type=flags.count, help="override E")
     if groups:
         p.add_argument("--num-hidden-groups", type=flags.count, help="override G")
+
+
+def model_overrides(args: argparse.Namespace) -> dict:
+    """The AlbertConfig overrides of ``add_model_overrides``' flags: ``--set``, then the shortcuts given."""
+    from albertlm.config import parse_overrides
+
+    overrides = parse_overrides(args.set)
+    shortcuts = ("sharing", "embedding_size", "num_hidden_groups")
+    overrides.update({k: getattr(args, k) for k in shortcuts if getattr(args, k, None) is not None})
+    return overrides
 
 
 def add_user_data_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

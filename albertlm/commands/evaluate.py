@@ -41,12 +41,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="QA: write the official evaluation script's inputs (dev.json, predictions.json, SQuAD 2.0 "
                          "null_odds.json) into DIR and print the command that scores them")  # fmt: skip
     ev.add_argument("--exit-sweep", action="store_true",
-                    help="early exit: evaluate a grid of exit rules (patience, confidence, entropy) against full "
-                         "depth, with the measured batch-1 latency and batch throughput; writes exit_sweep.json / "
-                         ".md / .png into --out")  # fmt: skip
+                    help="early exit: choose a rule on part of the rows (a grid of patience, confidence and entropy "
+                         "rules against full depth, with measured batch-1 latency and batch throughput), then score "
+                         "and time it on the other rows; writes exit_sweep.json / .md / .png into --out")  # fmt: skip
     ev.add_argument("--save-exit-rule", action="store_true",
-                    help="early exit: after evaluating, save the --exit-* rule given as the model's default (its "
-                         "config.json; predict, serve and export then use it)")  # fmt: skip
+                    help="early exit: save the --exit-* rule given (with --exit-sweep: the rule the sweep chose) as "
+                         "the model's default (its config.json; predict, serve and export then use it)")  # fmt: skip
+    from albertlm.research.exit_sweep import SweepSettings
+
+    flags.add_flags(ev, SweepSettings)
     add_user_data_flags(ev, skip=("dev_fraction",))
     add_engine_flags(ev)
     add_inference_flags(ev)
@@ -61,6 +64,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         refuse_model_dir(args.out, "its metrics.json is the fine-tuning's: write the evaluation to another --out")
     if args.exit_sweep and not args.out:
         raise UserError("--exit-sweep writes exit_sweep.json / .md / .png: add --out DIR")
+    from albertlm.deploy.early_exit import save_rule
+    from albertlm.research.exit_sweep import SweepSettings
+
+    if flags.values(args, SweepSettings) and not args.exit_sweep:
+        raise UserError("the --sweep-* flags set how --exit-sweep chooses and scores its rule: add --exit-sweep")
     if args.save_exit_rule and engine_settings(args).engine != "torch":
         raise UserError("--save-exit-rule writes into a model folder (--engine torch); an export takes the rule the "
                         "model had when it was exported: save it on the model, then export again")  # fmt: skip
@@ -108,8 +116,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         files = write_official(task, examples, spans, nulls, Path(args.official_format))
         print(f"wrote the official script's inputs to {args.official_format}; there: {files.command}", file=sys.stderr)
     if args.save_exit_rule:
-        _save_exit_rule(Path(args.model), predictor.exit_rule)
-        where += f"; saved the exit rule ({predictor.exit_rule.describe()}) in {Path(args.model) / 'config.json'}"
+        saved = save_rule(Path(args.model), predictor.exit_rule)
+        where += f"; saved the exit rule ({predictor.exit_rule.describe()}) in {saved}"
     main = task.main_metric if task.main_metric in result else next(iter(result))
     msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
     print(msg, file=sys.stderr)
@@ -117,30 +125,36 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _exit_sweep(args: argparse.Namespace, predictor, examples: list, path: Path) -> int:  # noqa: ANN001
+    from albertlm.deploy.early_exit import save_rule
     from albertlm.research import exit_sweep
 
     def progress(row: dict) -> None:
         print(f"  {row['rule']}: {row['metric']} {row['score']:.4f}, {row['mean_layers']:.2f} layers, "
-              f"{row['latency_ms']:.2f} ms at batch 1, {row['throughput']:.0f} inputs/s", file=sys.stderr)
+              f"{row['latency_ms']['median']:.2f} ms at batch 1, {row['throughput']['median']:.0f} inputs/s",
+              file=sys.stderr)  # fmt: skip
 
-    rows = exit_sweep.sweep(predictor, examples, progress=progress)
+    s = flags.build(args, exit_sweep.SweepSettings)
+    select, held = exit_sweep.split_rows(len(examples), s.select_fraction, s.seed)  # a bad fraction fails here
+    print(f"choosing a rule on {len(select)} of {len(examples)} rows (seed {s.seed}); scoring it on the other "
+          f"{len(held)}", file=sys.stderr)  # fmt: skip
+    result = exit_sweep.run(predictor, examples, s, progress=progress)
     title = (f"{predictor.task.name}: {len(examples)} examples of {path}, engine {predictor.engine.name} "
              f"({predictor.engine.precision}), {predictor.config.num_hidden_layers} layers")  # fmt: skip
     info = {"model": args.model, "data": str(path), "engine": predictor.engine.name,
             "precision": predictor.engine.precision, "threads": engine_settings(args).threads,
             "examples": len(examples)}  # fmt: skip
-    files = exit_sweep.write(rows, Path(args.out), title, info)
-    sys.stdout.write(exit_sweep.table(rows))
-    print(f"swept {len(rows)} exit rules; wrote {', '.join(str(f) for f in files)}; save one with: albertlm "
-          f"evaluate --model {args.model} --data {args.data} --exit-patience N --save-exit-rule", file=sys.stderr)
+    files = exit_sweep.write(result, Path(args.out), title, info)
+    sys.stdout.write(exit_sweep.table(result["rows"]) + "\n" + exit_sweep.report(result))
+    wrote = f"swept {len(result['rows'])} exit rules; wrote {', '.join(str(f) for f in files)}"
+    if args.save_exit_rule:
+        if result["chosen"] is None:
+            raise UserError(f"{wrote}; no rule was within --sweep-max-drop {s.max_drop:g} of full depth, so none was "
+                            "saved: allow a larger drop, or save one yourself with --exit-patience N "
+                            "--save-exit-rule")  # fmt: skip
+        chosen = next(r for r in result["rows"] if r["rule"] == result["chosen"])
+        saved = save_rule(Path(args.model), exit_sweep.rule_of(chosen["settings"]))
+        print(f"{wrote}; saved the rule chosen ({result['chosen']}) in {saved}", file=sys.stderr)
+        return 0
+    print(f"{wrote}; save the rule chosen with --save-exit-rule, or one of your own with: albertlm evaluate --model "
+          f"{args.model} --data {args.data} --exit-patience N --save-exit-rule", file=sys.stderr)  # fmt: skip
     return 0
-
-
-def _save_exit_rule(model_dir: Path, rule) -> None:  # noqa: ANN001
-    """The rule becomes the model's default: config.json's albertlm_task (rewritten atomically)."""
-    from albertlm.config import AlbertConfig
-    from albertlm.deploy.inference import TASK_KEY, architecture_of
-
-    config = AlbertConfig.load(model_dir)
-    config.extra[TASK_KEY] = {**(config.extra.get(TASK_KEY) or {}), **rule.settings()}
-    config.save(model_dir, architectures=[architecture_of(model_dir)])

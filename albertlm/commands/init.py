@@ -1,6 +1,7 @@
 """``albertlm init``: write a freshly initialised model of a preset as an HF-layout directory.
 
     albertlm init --preset albert-base-v2 --head pretraining --out models/albert-base-init
+    albertlm init --preset albert-base-v2 --set hidden_size=256 --set num_hidden_layers=4 --out models/small
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_model_overrides
+from albertlm.commands.common import add_model_overrides, model_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,12 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     require_new_dir(args.out)
 
-    overrides = {}
-    if args.sharing:
-        overrides["sharing"] = args.sharing
-    if args.embedding_size:
-        overrides["embedding_size"] = args.embedding_size
-    config = AlbertConfig.from_preset(args.preset, **overrides)
+    config = AlbertConfig.from_preset(args.preset, **model_overrides(args))
     torch.manual_seed(args.seed)
     model = head_named(args.head).cls(config)
     out = model.save_pretrained(args.out)

@@ -35,21 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "instances)")
     add_flags(p, PretrainConfig)
     add_model_overrides(p, groups=True)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override any AlbertConfig field, e.g. --set hidden_size=256 --set num_hidden_layers=4")
     p.set_defaults(func=run)
 
 
 def _config_from_args(args: argparse.Namespace, base=None):  # noqa: ANN001
     """PretrainConfig from the flags the user gave, over ``base`` (the defaults, or the demo's)."""
+    from albertlm.commands.common import model_overrides
     from albertlm.commands.flags import build
-    from albertlm.config import parse_overrides
     from albertlm.training.pretrain import PretrainConfig
 
-    overrides = parse_overrides(args.set)
-    overrides.update({k: v for k, v in (("sharing", args.sharing), ("embedding_size", args.embedding_size),
-                                        ("num_hidden_groups", args.num_hidden_groups)) if v is not None})
-    return build(args, PretrainConfig, base=base or PretrainConfig(), model_overrides=overrides)
+    return build(args, PretrainConfig, base=base or PretrainConfig(), model_overrides=model_overrides(args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -170,6 +170,18 @@ def _stops(rule: ExitRule, logits: np.ndarray, layer: int, last: int, agreed: np
     return stop
 
 
+def save_rule(model_dir: Path, rule: ExitRule) -> Path:
+    """``rule`` becomes the model's default (config.json's task settings, rewritten atomically); predict,
+    serve and export then use it. Returns the file written."""
+    from albertlm.config import AlbertConfig
+    from albertlm.deploy.inference import TASK_KEY, architecture_of
+
+    config = AlbertConfig.load(model_dir)
+    config.extra[TASK_KEY] = {**(config.extra.get(TASK_KEY) or {}), **rule.settings()}
+    config.save(model_dir, architectures=[architecture_of(model_dir)])
+    return Path(model_dir) / "config.json"
+
+
 # --------------------------------------------------------------------------- exported layer graphs
 def check_exit_entry(directory: Path, entry: Any, config: Any) -> None:
     """deploy.json's "exit" section holds to what the export wrote, checked at load (not a 500 per request
@@ -243,4 +255,4 @@ class ExitGraphs:
         return {**state, "hidden": out["hidden_out"]}, out["logits"]
 
 
-__all__ = ["EXIT_KINDS", "RULE_FIELDS", "ExitGraphs", "ExitRule", "check_exit_entry", "check_exits", "run"]
+__all__ = ["EXIT_KINDS", "RULE_FIELDS", "ExitGraphs", "ExitRule", "check_exit_entry", "check_exits", "run", "save_rule"]

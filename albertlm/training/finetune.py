@@ -11,7 +11,9 @@ One device, or torchrun's processes (DDP, or FSDP2 with ``--fsdp``); AdamW with 
 config.json (with ``id2label`` and the task settings under ``albertlm_task``: for your own data also its
 columns and format) + the tokenizer files, so
 ``evaluate`` / ``predict`` / ``export`` / ``serve`` need only ``--model``. The model kept there is the one
-with the best dev score of all evaluations (each save replaces files atomically).
+with the best dev score of all evaluations (each save replaces files atomically). With ``--train-exits-only``
+the full-depth score cannot move (only the exits learn), so the newest heads are kept, or, when an exit rule
+is given (``--exit-patience`` ...), the heads with the best score under that rule (ties: the newer).
 
 Your own data (a generic task: ``--task classification --data reviews.csv --text-column review ...``) has
 no paper hyperparameters; ``auto_defaults`` chooses the ones not given from the model and the data:
@@ -104,7 +106,8 @@ class Settings:
                 "every layer; no new parameters) or none (default: the model's own)", "choices": EXIT_HEADS})
     train_exits_only: bool = field(default=False, metadata={
         "help": "train only the per-layer exit classifiers, the encoder and final classifier frozen (a model "
-                "already fine-tuned gains exits and keeps its full-depth answers)"})
+                "already fine-tuned gains exits and keeps its full-depth answers); the last heads evaluated are "
+                "kept, or with an --exit-* rule the heads that score best under it"})
     report_to: str = field(default="jsonl", metadata={
         "help": "where metrics go besides metrics.jsonl: a comma-separated list of none, jsonl, tensorboard, mlflow, "
                 "wandb (see albertlm.training.tracking)", "metavar": "LIST"})
@@ -410,15 +413,24 @@ class FineTuning:
             tracker.log(row, split="eval")
             _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
             score = _main_score(self.task, result)
-            best = self.best
-            if not best or score is None or best["score"] is None or score > best["score"]:
+            if self._better(score, result):
                 # the tokenizer once; a better model later replaces only config.json and the weights
-                _save_best(self.kept, None if best else self.tok, self.out, self.task, s, step, result)
+                _save_best(self.kept, None if self.best else self.tok, self.out, self.task, s, step, result)
                 self.best = {"score": score, "step": step, "metrics": result}
             if self.on_eval is not None:
                 self.on_eval(step, score, row["train_loss"])
         if self.info.enabled:
             torch.distributed.barrier()
+
+    def _better(self, score: float | None, result: dict) -> bool:
+        """Whether the model just evaluated replaces the kept one. Training only the exits leaves the full-depth
+        score where it was: the newest heads win, or under an exit rule (its score moves) the best, ties newer."""
+        best = self.best
+        if not best or score is None or best["score"] is None:
+            return True
+        if self.s.train_exits_only:
+            return "mean_layers" not in result or score >= best["score"]  # mean_layers: scored under a rule
+        return score > best["score"]
 
     # -------------------------------------------------------------- checkpoints
     def settings(self) -> dict[str, Any]:
