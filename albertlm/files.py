@@ -56,6 +56,19 @@ def inside(folder: str | Path, name: object, where: str, error: type[Exception] 
     return path
 
 
+def no_such_folder(path: str | Path) -> str:
+    """"no such folder PATH", with the nearest name beside it when there is one (a typo: runs/en/fnal)."""
+    import difflib
+
+    path = Path(path)
+    hint = ""
+    if path.parent.is_dir():
+        names = [p.name for p in path.parent.iterdir() if p.is_dir()]
+        close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+        hint = f" (did you mean {path.parent / close[0]}?)" if close else ""
+    return f"no such folder {path}{hint}"
+
+
 def require_new_dir(path: str | Path, flag: str = "--out") -> Path:
     """``path`` unless it exists with something in it (a file, or a folder that is not empty): commands that
     write a whole directory in one go never write into one that holds anything already."""

@@ -2,8 +2,9 @@
 ``analyze intrinsic``: held-out MLM / pair accuracy on shards; ``analyze pairs``: SOP and NSP accuracy on
 balanced held-out pairs (paper Table 5's contrasts).
 
-    albertlm analyze layers --model runs/en/pretrain/final --model runs/en-bert/final \\
-        --corpus ../shared/corpus/en/heldout.txt --out docs/results/layers
+    albertlm analyze layers --model runs/en/final --model runs/en-bert/final --corpus corpus/en/heldout.txt \\
+        --out runs/analysis
+    albertlm analyze intrinsic --model runs/en/final --data shards/en-heldout --json runs/en/intrinsic.json
     albertlm analyze pairs --model runs/en/final --heldout corpus/en/heldout.txt --max-seq-length 128
 """
 

@@ -7,7 +7,8 @@ import argparse
 
 from albertlm.commands import flags
 
-# older flag names kept working: serve's --max-length / --max-batch-size
+# older flag names kept working (not in the help): serve's --max-length, and --max-batch-size, which read like
+# --max-batch (the batch queue's limit) but set --eval-batch-size (sequences per forward)
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
 
 

@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--model", required=True,
                     help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     ev.add_argument("--data", required=True, help="dataset directory or file")
-    ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
+    ev.add_argument("--task", type=flags.task, default=None,
+                    help="task name, see `albertlm tasks` (default: the one the model was fine-tuned on)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
     ev.add_argument("--limit", type=flags.limit, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")

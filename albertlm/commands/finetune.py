@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from albertlm.training.finetune import Settings
 
     ft = subparsers.add_parser("finetune", help="fine-tune a model on a task (GLUE, CLUE, SQuAD, CMRC, NER, ...)")
-    ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`); your own data: "
-                    "classification, regression, tagging, qa or choice")  # fmt: skip
+    ft.add_argument("--task", required=True, type=flags.task, help="task name (see `albertlm tasks`); your own "
+                    "data: classification, regression, tagging, qa or choice")  # fmt: skip
     ft.add_argument("--data", required=True, help="dataset directory (or a single training file: CSV, TSV, JSONL, ...)")
     ft.add_argument("--model", required=True, help="model directory (HF layout) or preset name (random init)")
     ft.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")

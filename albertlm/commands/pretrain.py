@@ -26,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.flags import add_flags
     from albertlm.training.pretrain import PretrainConfig
 
-    p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid "
                    "checkpoint (settings from its run_config.json; writes only into --out)")
     add_flags(p, PretrainConfig)

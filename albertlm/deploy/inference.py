@@ -32,8 +32,8 @@ from albertlm.card import CARD
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
 from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
-from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError, check_settings
-from albertlm.files import inside
+from albertlm.errors import DataError, MissingDependency, NonFiniteOutput, UserError, check_settings, with_article
+from albertlm.files import inside, no_such_folder
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
 from albertlm.tasks import features as F
@@ -88,6 +88,8 @@ def require(module: str) -> Any:
 def architecture_of(model_dir: str | Path) -> str:
     """The model class named by ``config.json``'s ``architectures`` (AlbertModel when absent)."""
     path = Path(model_dir) / "config.json"
+    if not Path(model_dir).is_dir():
+        raise FileNotFoundError(f"{no_such_folder(model_dir)}; give a model directory (config.json + weights)")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; give a model directory (config.json + weights)")
     try:
@@ -492,8 +494,8 @@ class Predictor:
             task_obj = task_from_info(name, info) if get_task(name).name == info.get("name") else get_task(name)
         kind = kind_of(task_obj) if task_obj else kind_for_architecture(runner.architecture, runner.config)
         if kind.architecture != runner.architecture:
-            raise DataError(f"{directory} holds a {runner.architecture}, but task {task_obj.name} needs a "
-                            f"{kind.architecture}; fine-tune for that task first")  # fmt: skip
+            raise DataError(f"{directory} holds {with_article(runner.architecture)}, but task {task_obj.name} needs "
+                            f"{with_article(kind.architecture)}; fine-tune for that task first")  # fmt: skip
         try:
             tok = load_tokenizer(tokenizer or directory)
         except FileNotFoundError:

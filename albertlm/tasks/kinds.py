@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from albertlm.errors import DataError
+from albertlm.errors import DataError, with_article
 from albertlm.tasks import features as F
 from albertlm.tasks import generic, metrics, squad
 from albertlm.tasks.examples import (
@@ -513,7 +513,7 @@ def kind_of(task: Any) -> TaskKind:
 def kind_for_architecture(arch: str | None, config: Any) -> TaskKind:
     matches = [k for k in KINDS.values() if k.architecture == arch]
     if not matches:
-        raise DataError(f"a {arch or 'headless'} model answers no task; give a fine-tuned model "
+        raise DataError(f"{with_article(arch or 'headless')} model answers no task; give a fine-tuned model "
                         f"({', '.join(sorted({k.architecture for k in KINDS.values()}))})")  # fmt: skip
     if len(matches) > 1:  # sequence classification: one output and problem_type regression -> regression
         regression = config.problem_type == "regression" or config.num_labels == 1

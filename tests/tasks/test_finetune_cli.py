@@ -129,7 +129,7 @@ def test_bad_input_is_one_line(data, en_tok_dir, tmp_path, capsys):
     cases = [
         (["--task", "sst2", "--model", "albert-tiny"], "train.tsv:3: unknown label 'maybe'"),
         (["--task", "nope", "--model", "albert-tiny"], "unknown task 'nope'"),
-        (["--task", "sst2", "--model", str(tmp_path / "missing")], "neither a preset"),
+        (["--task", "sst2", "--model", str(tmp_path / "missing")], f"--model: no such folder {tmp_path / 'missing'}"),
     ]
     for extra, msg in cases:
         assert main([*base, *extra, *tiny_flags()]) == 2
