@@ -1,6 +1,6 @@
-"""``albertlm analyze layers``: per-layer L2 distance and cosine similarity of input vs output (paper Fig. 1);
-``analyze intrinsic``: held-out MLM / pair accuracy on shards; ``analyze pairs``: SOP and NSP accuracy on
-balanced held-out pairs (paper Table 5's contrasts).
+"""``albertlm analyze``: three analyses of trained models. `layers`: per-layer L2 distance and cosine similarity
+of input vs output (paper Fig. 1); `intrinsic`: held-out MLM / pair accuracy on shards; `pairs`: SOP and NSP
+accuracy on balanced held-out pairs (paper Table 5's contrasts).
 
     albertlm analyze layers --model runs/en/final --model runs/en-bert/final --corpus corpus/en/heldout.txt \\
         --out runs/analysis

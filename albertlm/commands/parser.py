@@ -149,7 +149,8 @@ def describe(sub: argparse._SubParsersAction, name: str, doc: str) -> None:
             text = re.sub(r"^``albertlm [\w -]+``: ", "", doc.strip().split("\n\n")[0])
         else:  # a group's subcommand: its one-line help (written for argparse, which reads %% as %)
             text = help_text.replace("%%", "%")
-        parser.description = textwrap.fill(" ".join(text.replace("``", "`").split()), 100)
+        text = " ".join(text.replace("``", "`").split())
+        parser.description = textwrap.fill(text[:1].upper() + text[1:], 100)
     if not parser.epilog:
         mine = [e for e in _examples(doc) if re.search(re.escape(parser.prog) + r"(?![\w-])", e)]
         if mine:
