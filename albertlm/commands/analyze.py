@@ -65,17 +65,16 @@ def run(args: argparse.Namespace) -> int:
 def run_intrinsic(args: argparse.Namespace) -> int:
     import json
 
+    from albertlm.data.demo import describe_intrinsic
+    from albertlm.files import write_text_atomic
     from albertlm.research.analysis import intrinsic_accuracy
 
     r = intrinsic_accuracy(args.model, args.data, args.epochs, device=_device(args))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=1)
-    print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f} "
-          f"({r['mlm_acc_at_mask']:.4f} at [MASK]ed positions; copy-or-most-frequent baseline "
-          f"{r['mlm_acc_baseline']:.4f} / {r['mlm_acc_at_mask_baseline']:.4f}), "
-          f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
-          f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
+        write_text_atomic(args.json, json.dumps(r, indent=1) + "\n")
+    print(f"{args.model} on {args.data}: {describe_intrinsic(r)}; MLM acc at [MASK]ed positions "
+          f"{r['mlm_acc_at_mask']:.4f} vs {r['mlm_acc_at_mask_baseline']:.4f}"
+          + (f"; wrote {args.json}" if args.json else ""))
     return 0
 
 

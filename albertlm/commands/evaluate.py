@@ -18,6 +18,7 @@ from albertlm.commands.common import (
     add_engine_flags,
     add_inference_flags,
     add_user_data_flags,
+    against_baseline,
     engine_settings,
     load_predictor,
     note_skips,
@@ -111,7 +112,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         _save_exit_rule(Path(args.model), predictor.exit_rule)
         where += f"; saved the exit rule ({predictor.exit_rule.describe()}) in {Path(args.model) / 'config.json'}"
     main = task.main_metric if task.main_metric in result else next(iter(result))
-    msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
+    msg = (f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}"
+           f"{against_baseline(result, main)}{where}")
     print(msg, file=sys.stderr)
     return 0
 

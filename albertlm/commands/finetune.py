@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_user_data_flags
+from albertlm.commands.common import add_inference_flags, add_user_data_flags, against_baseline
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,7 +90,7 @@ def _finetune(args: argparse.Namespace) -> int:
         return 0
     m = result["metrics"]
     main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
-    shown = f"{main}={m[main]:.4f}" if main else "no eval"
+    shown = f"{main}={m[main]:.4f}{against_baseline(m, main)}" if main else "no eval"
     kept = f" (kept the model of step {result['best_step']})" if result["best_step"] != result["steps"] else ""
     print(f"fine-tuned {result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
           f"{result['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}")

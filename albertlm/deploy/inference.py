@@ -613,6 +613,9 @@ class Predictor:
         self.kind.check_gold(examples)
         answers = self.answers(examples)
         result = self.kind.score(self.task, examples, answers, self.config)
+        baseline = self.kind.majority_baseline(self.task, examples, self.config)
+        if baseline is not None:  # the bar the main metric must clear (always the most frequent label)
+            result["majority_baseline"] = baseline
         result["examples"] = float(len(examples))
         if answers and "layer" in answers[0]:
             result["mean_layers"] = float(np.mean([a["layer"] for a in answers]))
