@@ -37,5 +37,26 @@ def run(args: argparse.Namespace) -> int:
               model=parse_overrides(args.set))
     results, paths = run_study(s, report_only=args.report_only)
     print(f"{s.study} study: {len(results)} variant(s) in {(time.time() - start) / 60:.1f} min; wrote "
-          + ", ".join(map(str, paths)))
+          + ", ".join(map(str, paths)) + _downstream_note(results))
     return 0
+
+
+def _downstream_note(results: list[dict]) -> str:
+    """Said when no variant's downstream score clears the majority baseline: then the study is too small for
+    the downstream column to tell the variants apart, whatever it shows."""
+    from albertlm.tasks import get_task
+
+    above = []
+    for r in results:
+        scores = r.get("downstream") or {}
+        base = next((k for k in scores if k.endswith(" majority_baseline")), None)
+        if base is None:
+            return ""
+        main = f"{base.split()[0]} {get_task(base.split()[0]).main_metric}"
+        if main not in scores:
+            return ""
+        above.append(scores[main] > scores[base])
+    if not above or any(above):
+        return ""
+    return ("; no variant's downstream score is above its majority baseline, so this budget is too small for the "
+            "downstream column to tell the variants apart (raise --steps and --finetune-steps)")
