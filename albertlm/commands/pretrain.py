@@ -85,10 +85,15 @@ def run(args: argparse.Namespace) -> int:
           f"{(time.time() - start) / 60:.1f} min"
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
-    if demo:
-        from albertlm.data.demo import learned_summary, next_steps
+    from albertlm.data.remote import is_remote
+
+    if cfg.valid_data and not is_remote(cfg.valid_data):  # the held-out scores against the baselines they must beat
+        from albertlm.data.demo import learned_summary
 
         print(learned_summary(result["final"], cfg.valid_data))
+    if demo:
+        from albertlm.data.demo import next_steps
+
         print(next_steps(cfg.out, cfg.valid_data))
     return 0
 
