@@ -53,7 +53,7 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {explain(self, message)}\n")
+        self.exit(2, f"{self.prog}: error: {' '.join(explain(self, message).splitlines())}\n")
 
 
 def _long_flags(parser: argparse.ArgumentParser, hidden: bool = True) -> list[str]:
@@ -108,7 +108,7 @@ def explain(parser: argparse.ArgumentParser, message: str) -> str:
     if choice:
         flag, given, options = choice.groups()
         names = [o.strip().strip("'") for o in options.split(",")]
-        if flag in ("COMMAND", "SUBCOMMAND", "ACTION", "ANALYSIS"):
+        if isinstance(_action_named(parser, flag), argparse._SubParsersAction):
             return f"unknown command {given!r}{_did_you_mean(given, names)} (`{parser.prog} --help` lists them)"
         return f"{flag} {given!r} is not one of {', '.join(names)}{_did_you_mean(given, names)}"
     value = re.match(r"argument ([^:]+): (.*)", message, re.S)
