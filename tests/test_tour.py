@@ -1,6 +1,6 @@
 """The README's Quick tour, run verbatim: every command of its script, in order, in an empty directory
 that holds only tests/data (as a fresh clone does), must succeed, and write nothing outside tour/ (which
-.gitignore covers). Slow (about 9 CPU minutes; the README's times are the CPU column with one thread):
+.gitignore covers). Slow (about 10 CPU minutes; the README's times are the CPU column with one thread):
 
     OMP_NUM_THREADS=1 python -m pytest -m slow tests/test_tour.py -n 0 -s   # -s prints each command's wall and CPU time
 """
