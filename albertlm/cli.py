@@ -111,12 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from albertlm import card
 
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # a parse error (its one line is printed) is an exit code, as any user error is
-        if e.code == 2:
-            return 2
-        raise  # --help, --version
+    args = parser.parse_args(argv)
     card.invocation = list(argv if argv is not None else sys.argv[1:])  # model cards name the exact command
     _show_library_logs()
     if not getattr(args, "func", None):
