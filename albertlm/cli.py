@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 
+from albertlm.commands.parser import Parser, describe
 from albertlm.errors import USER_OS_ERRORS, AlbertlmError, UserError  # noqa: F401  (UserError: re-export)
 
 # (module under albertlm.commands) in the order `albertlm --help` lists them
@@ -62,13 +63,17 @@ def _os_error_line(e: OSError) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export."
-    )
+    parser = Parser(prog="albertlm", description="ALBERT (A Lite BERT) toolkit: model, data, training, export.",
+                    epilog="examples:\n  albertlm pretrain              # the embedded demo, a few minutes\n"
+                           "  albertlm finetune --help       # any command's flags and an example")  # fmt: skip
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"albertlm.commands.{name}").register(sub)
+        module = importlib.import_module(f"albertlm.commands.{name}")
+        before = set(sub.choices)
+        module.register(sub)
+        for added in set(sub.choices) - before:
+            describe(sub, added, module.__doc__ or "")
     _name_subcommands(parser)
     return parser
 
@@ -84,6 +89,7 @@ def _version() -> str:
 
 def _name_subcommands(parser: argparse.ArgumentParser) -> None:
     """A command group called alone (`albertlm analyze`) lists its subcommands instead of a bare usage error."""
+    parser.set_defaults(**{Parser.LEAF: parser})  # the innermost command parsed: whose flags a typo is matched to
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
@@ -96,7 +102,6 @@ def _name_subcommands(parser: argparse.ArgumentParser) -> None:
 
 
 def _choose(group: argparse.ArgumentParser, action: argparse._SubParsersAction) -> int:
-    group.print_help(sys.stderr)
     print(f"{group.prog}: error: name one of: {', '.join(action.choices)} "
           f"(e.g. `{group.prog} {next(iter(action.choices))} --help`)", file=sys.stderr)
     return 2

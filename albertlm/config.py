@@ -317,7 +317,11 @@ class AlbertConfig:
 
     @classmethod
     def load(cls, directory: str | Path) -> AlbertConfig:
+        from albertlm.files import no_such_folder
+
         path = Path(directory)
+        if not path.exists():
+            raise FileNotFoundError(f"{no_such_folder(path)}; give a model directory (config.json + weights)")
         path = path / "config.json" if path.is_dir() else path
         if not path.exists():
             raise FileNotFoundError(f"{path}: no config.json; is this a model directory?")

@@ -152,6 +152,11 @@ def flag_name(f: object) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")  # type: ignore[attr-defined]
 
 
+def with_article(word: str) -> str:
+    """``word`` after "a" or "an", as it is read aloud: "an AlbertForPreTraining", "a headless"."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 class RequestError(AlbertlmError):
     """A bad request to the inference server: answered with ``status`` and a JSON error body."""
 

@@ -67,3 +67,18 @@ def test_demo_corpus_writes_train_and_heldout_and_never_overwrites(tmp_path, cap
     assert main(["data", "demo-corpus", "--out", str(tmp_path / "c")]) == 2
     assert "already exists" in capsys.readouterr().err
     assert (tmp_path / "c" / "train.txt").stat().st_mtime_ns == before
+
+
+def test_pretrain_and_analyze_intrinsic_weigh_held_out_scores_against_the_baselines(tiny_run, tmp_path, capsys):
+    """Not only the demo: a run with --valid-data, and `analyze intrinsic`, end with the same verdicts."""
+    model, shards = tiny_run
+    assert main(["analyze", "intrinsic", "--model", str(model), "--data", str(shards), "--epochs", "1"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "for copying the input or answering the most frequent piece (NOT above it:" in line
+    assert "for the majority label (" in line
+    tiny = ["--set", "hidden_size=32", "--set", "intermediate_size=64", "--set", "num_attention_heads=2"]
+    assert main(["pretrain", "--preset", "albert-tiny", *tiny, "--data", str(shards), "--valid-data", str(shards),
+                 "--out", str(tmp_path / "run"), "--max-steps", "1", "--global-batch-size", "4", "--micro-batch-size",
+                 "4", "--no-progress"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "learned (held-out, " in out and "for the majority label (" in out

@@ -83,3 +83,12 @@ def test_endpoints_follow_the_head(classify_client):
     assert r.status_code == 200 and set(r.json()) == {"id", "answer", "start", "end", "score"}
     r = qa.post("/v1/answer", json={"question": "", "context": "c"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_field"
+
+
+def test_a_body_error_names_the_field_the_route_takes(classify_client):
+    r = classify_client.post("/v1/predict", json={"texts": ["fine"]})  # /v1/classify's body, sent to /v1/predict
+    message = r.json()["error"]["message"]
+    assert r.status_code == 422 and '{"inputs": [{"text": ...}, ...]}' in message and "'texts' is the field" in message
+    for route, field in (("predict", '"inputs"'), ("classify", '"texts"')):
+        r = classify_client.post(f"/v1/{route}", json=["a list"])
+        assert r.status_code == 422 and field in r.json()["error"]["message"], r.text

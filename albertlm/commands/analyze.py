@@ -1,9 +1,10 @@
-"""``albertlm analyze layers``: per-layer L2 distance and cosine similarity of input vs output (paper Fig. 1);
-``analyze intrinsic``: held-out MLM / pair accuracy on shards; ``analyze pairs``: SOP and NSP accuracy on
-balanced held-out pairs (paper Table 5's contrasts).
+"""``albertlm analyze``: three analyses of trained models. `layers`: per-layer L2 distance and cosine similarity
+of input vs output (paper Fig. 1); `intrinsic`: held-out MLM / pair accuracy on shards; `pairs`: SOP and NSP
+accuracy on balanced held-out pairs (paper Table 5's contrasts).
 
-    albertlm analyze layers --model runs/en/pretrain/final --model runs/en-bert/final \\
-        --corpus ../shared/corpus/en/heldout.txt --out docs/results/layers
+    albertlm analyze layers --model runs/en/final --model runs/en-bert/final --corpus corpus/en/heldout.txt \\
+        --out runs/analysis
+    albertlm analyze intrinsic --model runs/en/final --data shards/en-heldout --json runs/en/intrinsic.json
     albertlm analyze pairs --model runs/en/final --heldout corpus/en/heldout.txt --max-seq-length 128
 """
 
@@ -64,17 +65,16 @@ def run(args: argparse.Namespace) -> int:
 def run_intrinsic(args: argparse.Namespace) -> int:
     import json
 
+    from albertlm.data.demo import describe_intrinsic
+    from albertlm.files import write_text_atomic
     from albertlm.research.analysis import intrinsic_accuracy
 
     r = intrinsic_accuracy(args.model, args.data, args.epochs, device=_device(args))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=1)
-    print(f"{args.model} on {args.data} ({r['pairs']} pairs over {r['epochs']} epoch(s)): MLM acc {r['mlm_acc']:.4f} "
-          f"({r['mlm_acc_at_mask']:.4f} at [MASK]ed positions; copy-or-most-frequent baseline "
-          f"{r['mlm_acc_baseline']:.4f} / {r['mlm_acc_at_mask_baseline']:.4f}), "
-          f"pair acc {r['pair_acc']:.4f} +/- {r['pair_acc_ci95']:.4f} (majority baseline "
-          f"{r['majority_baseline']:.4f})" + (f"; wrote {args.json}" if args.json else ""))
+        write_text_atomic(args.json, json.dumps(r, indent=1) + "\n")
+    print(f"{args.model} on {args.data}: {describe_intrinsic(r)}; MLM acc at [MASK]ed positions "
+          f"{r['mlm_acc_at_mask']:.4f} vs {r['mlm_acc_at_mask_baseline']:.4f}"
+          + (f"; wrote {args.json}" if args.json else ""))
     return 0
 
 

@@ -7,7 +7,8 @@ import argparse
 
 from albertlm.commands import flags
 
-# older flag names kept working: serve's --max-length / --max-batch-size
+# older flag names kept working (not in the help): serve's --max-length, and --max-batch-size, which read like
+# --max-batch (the batch queue's limit) but set --eval-batch-size (sequences per forward)
 INFERENCE_ALIASES = {"max_seq_length": ("--max-length",), "eval_batch_size": ("--max-batch-size",)}
 
 
@@ -97,3 +98,23 @@ def row_policy(args: argparse.Namespace):  # noqa: ANN201
 def note_skips(policy, log) -> None:  # noqa: ANN001
     if policy.skipped:
         log(f"skipped {policy.skipped} bad rows (first: {policy.first})")
+
+
+def against_baseline(metrics: dict, main: str) -> str:
+    """The main metric beside the majority baseline (always the most frequent label) and the gap, and whether
+    the gap clears the noise of the evaluation's size (for accuracy: 1.96 binomial standard errors of the
+    baseline), so a model that learned nothing never reads as a result."""
+    import math
+
+    base, n = metrics.get("majority_baseline"), int(metrics.get("examples") or 0)
+    if base is None or main not in metrics or metrics[main] != metrics[main]:
+        return ""
+    gap = metrics[main] - base
+    text = f" (majority baseline {base:.4f}, gap {gap:+.4f}"
+    if main != "accuracy" or not n:
+        return text + ")"
+    noise = 1.96 * math.sqrt(base * (1 - base) / n)
+    if gap > noise:
+        return text + f": above it, beyond the +/-{noise:.3f} noise of {n} examples)"
+    return text + (f": NOT above it beyond the +/-{noise:.3f} noise of {n} examples, so the model has not learned "
+                   "the task; train longer, on more data, or from a better-pretrained model)")

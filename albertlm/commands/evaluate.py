@@ -18,6 +18,7 @@ from albertlm.commands.common import (
     add_engine_flags,
     add_inference_flags,
     add_user_data_flags,
+    against_baseline,
     engine_settings,
     load_predictor,
     note_skips,
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--model", required=True,
                     help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
     ev.add_argument("--data", required=True, help="dataset directory or file")
-    ev.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
+    ev.add_argument("--task", type=flags.task, default=None,
+                    help="task name, see `albertlm tasks` (default: the one the model was fine-tuned on)")
     ev.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="which split of --data")
     ev.add_argument("--limit", type=flags.limit, default=0, help="evaluate on the first N examples")
     ev.add_argument("--out", default=None, help="write metrics.json (and QA predictions.json) here")
@@ -119,7 +121,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         saved = save_rule(Path(args.model), predictor.exit_rule)
         where += f"; saved the exit rule ({predictor.exit_rule.describe()}) in {saved}"
     main = task.main_metric if task.main_metric in result else next(iter(result))
-    msg = f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}{where}"
+    msg = (f"evaluated {task.name} on {len(examples)} examples of {path}: {main}={result[main]:.4f}"
+           f"{against_baseline(result, main)}{where}")
     print(msg, file=sys.stderr)
     return 0
 

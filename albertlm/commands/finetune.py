@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_user_data_flags
+from albertlm.commands.common import add_inference_flags, add_user_data_flags, against_baseline
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from albertlm.training.finetune import Settings
 
     ft = subparsers.add_parser("finetune", help="fine-tune a model on a task (GLUE, CLUE, SQuAD, CMRC, NER, ...)")
-    ft.add_argument("--task", required=True, help="task name (see `albertlm tasks`); your own data: "
-                    "classification, regression, tagging, qa or choice")  # fmt: skip
+    ft.add_argument("--task", required=True, type=flags.task, help="task name (see `albertlm tasks`); your own "
+                    "data: classification, regression, tagging, qa or choice")  # fmt: skip
     ft.add_argument("--data", required=True, help="dataset directory (or a single training file: CSV, TSV, JSONL, ...)")
     ft.add_argument("--model", required=True, help="model directory (HF layout) or preset name (random init)")
     ft.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
@@ -90,7 +90,7 @@ def _finetune(args: argparse.Namespace) -> int:
         return 0
     m = result["metrics"]
     main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
-    shown = f"{main}={m[main]:.4f}" if main else "no eval"
+    shown = f"{main}={m[main]:.4f}{against_baseline(m, main)}" if main else "no eval"
     kept = f" (kept the model of step {result['best_step']})" if result["best_step"] != result["steps"] else ""
     print(f"fine-tuned {result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
           f"{result['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}")

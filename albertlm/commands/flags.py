@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import typing
 from typing import Any
 
@@ -35,6 +36,18 @@ def bounded(kind: type, low: float | None = None, high: float | None = None, abo
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
     return parse
+
+
+def task(text: str) -> str:
+    """An argparse type for --task: a registered task's name (or a generic kind), checked as it is parsed, so a
+    typo is one line with the nearest name before any model or data is read; the name is kept as typed."""
+    from albertlm.tasks import get_task
+
+    try:
+        get_task(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 seed = bounded(int, SEED_BOUNDS["min"], SEED_BOUNDS["max"])  # the type of every hand-declared --seed
@@ -61,17 +74,30 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
+class _OldName(argparse.Action):
+    """A flag's old name, kept working but left out of the help (where it read like another flag): it sets the
+    same setting and says the new name on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        new = next(a for a in parser._actions if a.dest == self.dest and a is not self).option_strings[0]
+        print(f"warning: {option_string} is the old name of {new}; use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
               aliases: dict[str, tuple[str, ...]] | None = None, defaults: Any = None) -> None:  # fmt: skip
-    """One flag per field of ``cls``; ``aliases`` maps a field to extra (old) flag names; ``defaults``
-    (an instance) overrides the defaults shown in help, e.g. the demo's."""
+    """One flag per field of ``cls``; ``aliases`` maps a field to old flag names (working, but not in the help);
+    ``defaults`` (an instance) overrides the defaults shown in help, e.g. the demo's."""
     for f, kind in flag_fields(cls, skip):
         default = getattr(defaults, f.name) if defaults is not None else _default(f)
         help_text = f.metadata["help"]
-        if default is not None and "default" not in help_text:
+        if default not in (None, "") and "default" not in help_text:
             help_text += f" (default: {default})"
-        names = [flag_name(f), *(aliases or {}).get(f.name, ())]
+        names = [flag_name(f)]
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if f.metadata.get("required"):  # a setting with no default that makes sense (a path: --corpus)
+            kw["required"] = True
         if "choices" in f.metadata:
             kw["choices"] = f.metadata["choices"]
         if kind is bool:
@@ -83,6 +109,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
             if "parse" in f.metadata:  # a checked form, e.g. --device's auto|cpu|cuda|cuda:N
                 parse = _checked(f.metadata["parse"])
             parser.add_argument(*names, type=parse, metavar=f.metadata.get("metavar"), **kw)
+            for old in (aliases or {}).get(f.name, ()):
+                parser.add_argument(old, action=_OldName, dest=f.name, default=None, type=parse, help=argparse.SUPPRESS)
 
 
 def _checked(check: Any) -> Any:

@@ -1,4 +1,9 @@
-"""``albertlm predict``: batch inference, JSON lines in (or text lines), JSON lines out.
+"""``albertlm predict``: batch inference, one JSON line out per input line (a blank line gets `{}`). An input
+line is plain text (a tab before the second text of a pair) or a JSON object with the keys of the model's kind:
+classification and regression "text" (or "text_a", "sentence", "sentence1") and, for a pair, "text_b" (or "pair",
+"sentence2"); tagging "tokens" (a list of words) or "text"; QA "question" and "context" (and an "id" echoed back);
+multiple choice "options" (two or more), "context" and "question". A model fine-tuned on your own data also
+reads its training file's column names, and a .csv / .tsv / .json file like its training file.
 
 albertlm predict --model runs/ft/sst2 --input sentences.txt          # or stdin; JSON lines out
 albertlm predict --model runs/mine --input reviews.csv --output predictions.jsonl   # your own file's columns
@@ -12,6 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
+from albertlm.commands import flags
 from albertlm.commands.common import add_engine_flags, add_inference_flags, load_predictor, note_skips, row_policy
 from albertlm.errors import DataError, UserError
 from albertlm.files import write_text_atomic
@@ -21,10 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr = subparsers.add_parser("predict", help="batch inference: JSON lines in (or text lines), JSON lines out")
     pr.add_argument("--model", required=True,
                     help="fine-tuned model directory (or an export, with --engine onnx or openvino)")  # fmt: skip
-    pr.add_argument("--input", default=None, help="input file (default: stdin); JSON objects or plain text lines; "
-                    "a model fine-tuned on your own data also reads a .csv/.tsv/.json file like its training file")
+    pr.add_argument("--input", default=None, help="input file (default: stdin): JSON objects or plain text lines, "
+                    "the keys above; a model fine-tuned on your own data also reads a .csv/.tsv/.json file like its "
+                    "training file")  # fmt: skip
     pr.add_argument("--output", default=None, help="output file (default: stdout)")
-    pr.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
+    pr.add_argument("--task", type=flags.task, default=None,
+                    help="task name, see `albertlm tasks` (default: the one the model was fine-tuned on)")
     add_engine_flags(pr)
     add_inference_flags(pr)
     pr.set_defaults(func=_predict)

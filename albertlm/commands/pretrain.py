@@ -26,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from albertlm.commands.flags import add_flags
     from albertlm.training.pretrain import PretrainConfig
 
-    p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("pretrain", help="pretrain ALBERT (MLM + SOP) on built shards, or the embedded demo")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid "
                    "checkpoint (settings from its run_config.json; writes only into --out)")
     p.add_argument("--allow-data-change", action="store_true", help="with --resume: go on although --data was "
@@ -84,10 +83,15 @@ def run(args: argparse.Namespace) -> int:
           f"{(time.time() - start) / 60:.1f} min"
           f"{valid}; model -> {result['final']}, metrics -> {result['metrics']}, "
           f"checkpoints -> {Path(cfg.out) / 'checkpoints'}", file=sys.stdout)
-    if demo:
-        from albertlm.data.demo import learned_summary, next_steps
+    from albertlm.data.remote import is_remote
+
+    if cfg.valid_data and not is_remote(cfg.valid_data):  # the held-out scores against the baselines they must beat
+        from albertlm.data.demo import learned_summary
 
         print(learned_summary(result["final"], cfg.valid_data))
+    if demo:
+        from albertlm.data.demo import next_steps
+
         print(next_steps(cfg.out, cfg.valid_data))
     return 0
 

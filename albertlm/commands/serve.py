@@ -21,13 +21,15 @@ from albertlm.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from albertlm.commands import flags
     from albertlm.commands.common import add_engine_flags, add_inference_flags
     from albertlm.commands.flags import add_flags, bounded, count
     from albertlm.deploy.serve import BatchSettings
 
     p = sub.add_parser("serve", help="serve a fine-tuned model over HTTP (POST /v1/predict, and its head's shortcut)")
     p.add_argument("--model", required=True, help="model directory (torch) or exported directory (onnx, openvino)")
-    p.add_argument("--task", default=None, help="task (default: the one the model was fine-tuned on)")
+    p.add_argument("--task", type=flags.task, default=None,
+                    help="task name, see `albertlm tasks` (default: the one the model was fine-tuned on)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
                    help="TCP port (default: 8000; 0: any free port, printed at the start)")

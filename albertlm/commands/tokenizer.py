@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--vocab-size",
         type=int,
         default=None,
-        help="vocabulary size (default 30000 for sentencepiece, 21128 for wordpiece)",
+        help="vocabulary size, at least 10 (default: 30000 for sentencepiece, 21128 for wordpiece)",
     )
     train.add_argument("--no-lowercase", action="store_true", help="keep case (ALBERT lowercases by default)")
     train.add_argument(
@@ -122,10 +122,13 @@ def _train(args: argparse.Namespace) -> int:
         tok = train_wordpiece(files, args.out, vocab_size=vocab_size, lowercase=lower, progress=True,
                               compat=args.compat, columns=flags.build(args, TextColumns))  # fmt: skip
         written = Path(args.out) / "vocab.txt"
+    short = ""
+    if tok.vocab_size < vocab_size:  # WordPiece stops when no pair is left to merge: the corpus is too small
+        short = (f", {vocab_size - tok.vocab_size} fewer than --vocab-size {vocab_size} asked: the text holds no more "
+                 "pieces to merge (give more text for a larger vocabulary)")  # fmt: skip
     print(
-        f"wrote {args.kind} vocab of {tok.vocab_size} tokens (lowercase={lower}, compat={tok.compat}) from "
-        f"{len(files)} files to "
-        f"{written} and tokenizer_config.json in {time.time() - start:.1f}s"
+        f"wrote {args.kind} vocab of {tok.vocab_size} tokens{short} (lowercase={lower}, compat={tok.compat}) from "
+        f"{len(files)} files to {written} and tokenizer_config.json in {time.time() - start:.1f}s"
     )
     return 0
 

@@ -70,10 +70,10 @@ class ConversionReport:
         why = "the albert_zh structure" if not self.config.transformers_compatible else f"{self.architecture}"
         loads = ("albertlm and transformers" if self.transformers_compatible
                  else f"albertlm only (transformers cannot represent {why})")
-        tok = self.tokenizer or "no tokenizer (pass --vocab)"
+        tok = f"tokenizer {self.tokenizer}" if self.tokenizer else "no tokenizer (pass --vocab)"
         notes = "".join(f"; {n}" for n in self.notes)
         return (f"{self.out}: {self.architecture} ({self.structure} structure, {self.converted} tensors, "
-                f"{len(self.skipped)} optimizer variables skipped, tokenizer {tok}); loads in {loads}{notes}")
+                f"{len(self.skipped)} optimizer variables skipped, {tok}); loads in {loads}{notes}")
 
 
 # ----------------------------------------------------------------------------- listing

@@ -120,7 +120,11 @@ def learned_summary(model_dir: str | Path, valid_shards: str | Path, epochs: int
     answer the majority label)."""
     from albertlm.research.analysis import intrinsic_accuracy
 
-    r = intrinsic_accuracy(model_dir, valid_shards, epochs=epochs)
+    return describe_intrinsic(intrinsic_accuracy(model_dir, valid_shards, epochs=epochs))
+
+
+def describe_intrinsic(r: dict) -> str:
+    """``learned_summary``'s line for the result of ``intrinsic_accuracy`` (also ``analyze intrinsic``'s)."""
     mlm, mlm_base = r["mlm_acc"], r["mlm_acc_baseline"]
     sop, half, major = r["pair_acc"], r["pair_acc_ci95"], r["majority_baseline"]
     mlm_verdict = "above it" if mlm > mlm_base else "NOT above it: no use of context learned yet"

@@ -683,7 +683,15 @@ def load_manifest(path: str | Path, verify: bool = False) -> dict:
     root = Path(path)
     mpath = root / MANIFEST
     if not mpath.is_file():
-        raise DataFormatError(f"no {MANIFEST} in {root}: not a finished albertlm data build")
+        if not root.exists():
+            from albertlm.files import no_such_folder
+
+            raise DataFormatError(f"{no_such_folder(root)}; give the --out folder of an `albertlm data build`")
+        texts = root.is_dir() and any(p.suffix in (".txt", ".jsonl", ".parquet") for p in root.iterdir())
+        source = root if texts else "TEXT"  # a folder of text: the build that makes shards of it
+        raise DataFormatError(f"no {MANIFEST} in {root}: not a finished albertlm data build; make one with "
+                              f"`albertlm data build --input {source} --tokenizer TOKENIZER --out shards/NAME`"
+                              + (" (a tokenizer: `albertlm tokenizer train`)" if texts else ""))
     try:
         m = json.loads(mpath.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:

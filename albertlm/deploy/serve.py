@@ -297,9 +297,13 @@ class Service:
             items = body["inputs"]
             if not isinstance(items, list) or not items:
                 raise RequestError(422, "invalid_field", "'inputs' must be a non-empty list of input objects")
+            examples = self._examples(items)
         else:
-            items = [body]
-        examples = self._examples(items)
+            try:
+                examples = self._examples([body])
+            except RequestError as e:  # e.g. {"texts": [...]}, another route's body: say what this one takes
+                other = " ('texts' is the field of /v1/classify and /v1/tag)" if "texts" in body else ""
+                raise RequestError(e.status, e.code, f"{e.message}; {self.expected('predict')}{other}") from None
         self._conform("predict", body)
         return examples
 
@@ -333,7 +337,21 @@ class Service:
         """The validated inputs of a request to ``endpoint`` (one of ``ENDPOINTS``); RequestError otherwise."""
         if endpoint not in self.ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}; one of {', '.join(self.ENDPOINTS)}")
-        return getattr(self, f"_{endpoint}_inputs")(raw)
+        try:
+            return getattr(self, f"_{endpoint}_inputs")(raw)
+        except RequestError as e:
+            if e.code != "invalid_body":  # the other messages name the field at fault
+                raise
+            raise RequestError(e.status, e.code, f"{e.message}; {self.expected(endpoint)}") from None
+
+    def expected(self, endpoint: str) -> str:
+        """What a request body of ``endpoint`` holds, in a line (the errors' fix)."""
+        if endpoint == "predict":
+            one = "{" + ", ".join(f'"{k}": ...' for k in self.schemas["predict"]["anyOf"][0]["required"]) + "}"
+            return f'POST /v1/predict takes one input, {one}, or a list of them as {{"inputs": [{one}, ...]}}'
+        body = {"classify": '{"texts": ["a text", ["a text", "its pair"]]}', "tag": '{"texts": ["a text", ...]}',
+                "answer": '{"question": "...", "context": "..."}'}[endpoint]  # fmt: skip
+        return f"POST /v1/{endpoint} takes {body}"
 
     @staticmethod
     def reply(endpoint: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

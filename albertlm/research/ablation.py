@@ -1,7 +1,7 @@
 """The paper's ablations at a small, equal budget: one command per table.
 
-    albertlm ablate --study objective --corpus ../shared/corpus/en --out runs/ablate/objective-en
-    albertlm ablate --study sharing --corpus ../shared/corpus/en --steps 400 --finetune-steps 400
+    albertlm ablate --study objective --corpus corpus/en --out runs/ablate/objective-en
+    albertlm ablate --study sharing --corpus corpus/en --steps 400 --finetune-steps 400
 
 Each variant pretrains with the same data, steps, batch and seed, is scored on held-out text
 (intrinsic MLM accuracy; SOP and NSP accuracy on held-out pairs built both ways, as paper Table 5),
@@ -70,7 +70,8 @@ def _opt(default: Any, help: str, **kw: Any) -> Any:
 @dataclass
 class StudySettings:
     study: str = _opt("objective", "which table", choices=STUDIES)
-    corpus: str = _opt("", "directory of classic-format *.txt with a heldout.txt (held out of training)")
+    corpus: str = _opt("", "directory of classic-format *.txt with a heldout.txt (held out of training), e.g. the "
+                       "one `albertlm data demo-corpus --out corpus/en` writes", required=True)
     out: str | None = _opt(None, "study directory (default: runs/ablate/STUDY)")
     steps: int = _opt(300, "pretraining steps per variant (the equal budget)", min=1)
     global_batch_size: int = _opt(64, "instances per step", min=1)

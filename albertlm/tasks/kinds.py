@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from albertlm.errors import DataError
+from albertlm.errors import DataError, with_article
 from albertlm.tasks import features as F
 from albertlm.tasks import generic, metrics, squad
 from albertlm.tasks.examples import (
@@ -146,6 +146,11 @@ class TaskKind(ABC):
     def score(self, task: Any, examples: list, answers: list[dict], config: Any) -> dict[str, float]:
         """The task's metrics of ``answers`` against the examples' gold labels."""
 
+    def majority_baseline(self, task: Any, examples: list, config: Any) -> float | None:
+        """The main metric of always answering the label most frequent among ``examples``' gold labels: the bar a
+        model must clear to have learned anything (None where a kind has no label to repeat)."""
+        return None
+
     @abstractmethod
     def row(self, ex: Any, answer: dict, config: Any) -> dict[str, Any]:
         """The JSON object ``predict`` prints and the server returns for one input."""
@@ -244,6 +249,9 @@ class Classification(TaskKind):
     def score(self, task, examples, answers, config):
         gold = [self.label_id(task, config.label2id, ex) for ex in examples]
         return task.metric([a["label_id"] for a in answers], gold)
+
+    def majority_baseline(self, task, examples, config):
+        return _majority(task, [self.label_id(task, config.label2id, ex) for ex in examples])
 
     def row(self, ex, answer, config):
         labels, p = _labels(config), answer["probs"]
@@ -480,6 +488,9 @@ class MultipleChoice(TaskKind):
     def score(self, task, examples, answers, config):
         return task.metric([a["label_id"] for a in answers], [ex.label for ex in examples])
 
+    def majority_baseline(self, task, examples, config):
+        return _majority(task, [ex.label for ex in examples])
+
     def row(self, ex, answer, config):
         best = answer["label_id"]
         return {"label": best, "option": ex.options[best], "score": float(answer["probs"][best]),
@@ -510,10 +521,18 @@ def kind_of(task: Any) -> TaskKind:
     return get_kind(task.kind)
 
 
+def _majority(task: Any, gold: list) -> float | None:
+    if not gold:
+        return None
+    most = Counter(gold).most_common(1)[0][0]
+    scores = task.metric([most] * len(gold), gold)
+    return float(scores[task.main_metric]) if task.main_metric in scores else None
+
+
 def kind_for_architecture(arch: str | None, config: Any) -> TaskKind:
     matches = [k for k in KINDS.values() if k.architecture == arch]
     if not matches:
-        raise DataError(f"a {arch or 'headless'} model answers no task; give a fine-tuned model "
+        raise DataError(f"{with_article(arch or 'headless')} model answers no task; give a fine-tuned model "
                         f"({', '.join(sorted({k.architecture for k in KINDS.values()}))})")  # fmt: skip
     if len(matches) > 1:  # sequence classification: one output and problem_type regression -> regression
         regression = config.problem_type == "regression" or config.num_labels == 1

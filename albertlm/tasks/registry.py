@@ -13,6 +13,7 @@ fine-tuning chooses them from the model and data size (``albertlm.training.finet
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,7 +281,10 @@ def get_task(name: str) -> Task:
     key = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "cmrc": "cmrc2018", "squad1": "squad",
            "squad-v2": "squad2", "squad2.0": "squad2"}.get(key, key)  # fmt: skip
     if key not in TASKS:
-        raise DataError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
+        close = difflib.get_close_matches(key, list(TASKS), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise DataError(f"unknown task {name!r}; {hint}`albertlm tasks` lists them (your own data: "
+                        f"{', '.join(t.name for t in TASKS.values() if t.generic)})")
     return TASKS[key]
 
 

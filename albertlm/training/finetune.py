@@ -49,7 +49,7 @@ from albertlm.deploy.early_exit import EXIT_KINDS
 from albertlm.deploy.inference import TASK_KEY, Predictor
 from albertlm.devices import DEVICE_HELP, parse_device
 from albertlm.errors import SEED_BOUNDS, DataError, TrainingError, UserError
-from albertlm.files import write_text_atomic
+from albertlm.files import no_such_folder, write_text_atomic
 from albertlm.heads import HEADS
 from albertlm.tasks import features as F
 from albertlm.tasks import metrics
@@ -126,10 +126,21 @@ class Settings:
 
 
 # --- models and tokenizers --------------------------------------------------------------------------
+def check_model(model: str) -> None:
+    """--model names a preset or a folder: checked before the tokenizer or the data is read, so a typo in a path
+    is one line naming it, never taken for a preset."""
+    if model in PRESETS or Path(model).is_dir():
+        return
+    what = f"{model} is a file, not a model folder" if Path(model).exists() else no_such_folder(model)
+    raise UserError(f"--model: {what}; give a model folder (config.json + weights) or a preset (random weights): "
+                    f"{', '.join(PRESETS)}")
+
+
 def resolve_tokenizer(model: str, tokenizer: str | None) -> Tokenizer:
+    check_model(model)
     if tokenizer:
         return load_tokenizer(tokenizer)
-    if model in PRESETS or not Path(model).is_dir():
+    if model in PRESETS:
         raise DataError(f"--model {model} is a preset (random weights): pass --tokenizer DIR (spiece.model/vocab.txt)")
     try:
         return load_tokenizer(model)

@@ -173,7 +173,7 @@ def test_serve_on_a_port_in_use_or_out_of_range(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["serve", "--model", str(tmp_path), "--port", "70000"])
     assert stop.value.code == 2
-    assert "argument --port: must be from 0 to 65535, not 70000" in capsys.readouterr().err
+    assert "--port: must be from 0 to 65535, not 70000" in capsys.readouterr().err
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

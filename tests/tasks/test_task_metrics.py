@@ -252,3 +252,24 @@ def test_cmrc2018_matches_reference_question_by_question(full_data: Path, tmp_pa
         ours = metrics.cmrc2018(preds, {q: a for q, a in answers.items() if q not in gap_ids})
         assert ours == pytest.approx(totals, abs=1e-9)
     assert compared > 0.95 * (compared + gaps) and compared > 1000
+
+
+def test_the_majority_baseline_is_the_main_metric_of_always_the_most_frequent_label():
+    """SST-2's dev slice: 62 of 120 positive, so a model answering "1" everywhere scores 0.5167 (issue 48);
+    CoLA's Matthews correlation of a constant answer is 0; the closing lines weigh a score against it."""
+    from types import SimpleNamespace
+
+    from albertlm.commands.common import against_baseline
+    from albertlm.tasks import get_task
+    from albertlm.tasks.examples import TextExample
+    from albertlm.tasks.kinds import kind_of
+
+    examples = [TextExample("x", label="1")] * 62 + [TextExample("y", label="0")] * 58
+    config = SimpleNamespace(label2id={"0": 0, "1": 1})
+    sst2, cola = get_task("sst2"), get_task("cola")
+    assert kind_of(sst2).majority_baseline(sst2, examples, config) == pytest.approx(62 / 120)
+    assert kind_of(cola).majority_baseline(cola, examples, config) == 0.0
+    same = against_baseline({"accuracy": 62 / 120, "majority_baseline": 62 / 120, "examples": 120.0}, "accuracy")
+    assert "(majority baseline 0.5167, gap +0.0000: NOT above it beyond the +/-0.089 noise of 120 examples" in same
+    learned = against_baseline({"accuracy": 0.70, "majority_baseline": 62 / 120, "examples": 120.0}, "accuracy")
+    assert "gap +0.1833: above it" in learned
