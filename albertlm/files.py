@@ -48,15 +48,11 @@ def inside(folder: str | Path, name: object, where: str, error: type[Exception] 
     win = PureWindowsPath(name)  # splits on / and \\ alike, and sees C: drives
     path = folder / name
     if Path(name).is_absolute() or win.drive or win.root or ".." in win.parts:
-        raise error(
-            f"{where}: names {name!r}, a path outside {folder}; a model folder's files may name only files "
-            "inside it (re-save the model, or copy the file into the folder)"
-        )
+        raise error(f"{where}: names {name!r}, a path outside {folder}; a model folder's files may name only files "
+                    "inside it (re-save the model, or copy the file into the folder)")
     if not path.parent.resolve().is_relative_to(folder.resolve()):
-        raise error(
-            f"{where}: names {name!r}, whose folder {path.parent} resolves outside {folder} (a symlinked "
-            "subfolder); copy the file into the folder"
-        )
+        raise error(f"{where}: names {name!r}, whose folder {path.parent} resolves outside {folder} (a symlinked "
+                    "subfolder); copy the file into the folder")
     return path
 
 
@@ -72,15 +68,13 @@ def local_path(value: str, flag: str = "the path") -> str:
         return value
     url = urlsplit(value)
     if url.netloc not in ("", "localhost") or not url.path.startswith("/"):
-        raise UserError(
-            f"{flag} {value}: a file:// URL names a path on this machine (file:///abs/path); give the "
-            "local path, or mount the other host's folder"
-        )
+        raise UserError(f"{flag} {value}: a file:// URL names a path on this machine (file:///abs/path); give the "
+                        "local path, or mount the other host's folder")
     return unquote(url.path)
 
 
 def no_such_folder(path: str | Path) -> str:
-    """ "no such folder PATH", with the nearest name beside it when there is one (a typo: runs/en/fnal)."""
+    """"no such folder PATH", with the nearest name beside it when there is one (a typo: runs/en/fnal)."""
     import difflib
 
     path = Path(path)

@@ -24,15 +24,8 @@ from albertlm.data.instances import (
     ngram_probs,
     plan_instances,
 )
-from albertlm.data.shards import (
-    BUILD_MARK,
-    MANIFEST,
-    DataFormatError,
-    build_dataset,
-    load_manifest,
-    tokenizer_info,
-    vocab_fingerprint,
-)
+from albertlm.data.manifest import MANIFEST, DataFormatError, load_manifest
+from albertlm.data.shards import BUILD_MARK, build_dataset, tokenizer_info, vocab_fingerprint
 
 __all__ = [
     "BUILD_MARK",

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from albertlm.data.instances import DocumentPool, InstanceConfig, SpecialIds, build_instance, plan_instances
-from albertlm.data.shards import load_manifest, memmap
+from albertlm.data.manifest import load_manifest, memmap
 
 _log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 def _files(manifest: dict) -> list[tuple[str, dict]]:
     """(path inside the build, its manifest entry) of every shard file; the manifest was checked on arrival."""
-    from albertlm.data.shards import shard_files
+    from albertlm.data.manifest import shard_files
 
     return shard_files(manifest, MANIFEST)
 
@@ -75,7 +75,7 @@ def _remote_manifest(fs: Any, root: str, url: str) -> dict:
     except Exception as e:  # the client's own errors: credentials, endpoint, permissions
         raise DataError(f"{url}: cannot read {MANIFEST} ({_reason(e)}); check the credentials and AWS_ENDPOINT_URL "
                         "in the environment") from None
-    from albertlm.data.shards import shard_files
+    from albertlm.data.manifest import shard_files
 
     try:
         manifest = json.loads(text)
@@ -237,7 +237,7 @@ def check_writable(url: str) -> dict | None:
             pass
     if text is None:
         return None
-    from albertlm.data.shards import FORMAT
+    from albertlm.data.manifest import FORMAT
 
     try:
         previous = json.loads(text)

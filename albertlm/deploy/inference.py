@@ -32,14 +32,7 @@ from albertlm.card import CARD
 from albertlm.config import AlbertConfig
 from albertlm.deploy import early_exit
 from albertlm.devices import DEVICE_HELP, parse_device, resolve_device
-from albertlm.errors import (
-    DataError,
-    NonFiniteOutput,
-    UserError,
-    check_settings,
-    import_extra,
-    with_article,
-)
+from albertlm.errors import DataError, NonFiniteOutput, UserError, check_settings, import_extra, with_article
 from albertlm.files import inside, no_such_folder
 from albertlm.heads import HEADS, ExitHeads, Head
 from albertlm.model import attention_bias
@@ -62,34 +55,21 @@ ENGINE_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # what each engine compute
 class EngineSettings:
     """How a model is run (evaluate, predict, serve and the Python ``load`` share these)."""
 
-    engine: str = field(
-        default="torch",
-        metadata={
-            "help": "torch, or onnx / openvino / executorch: --model is then a folder written by `albertlm export` (onnx "
-            "runs its int8 graph if present; openvino its static int8 file if present, else the fp32 graph, in "
-            "bf16 where the CPU has it, else f32; executorch the .pte of --format executorch, int8 if present)",
-            "choices": ENGINES,
-        },
-    )
-    precision: str = field(
-        default="auto",
-        metadata={
-            "help": "what the engine computes in. auto: onnx, openvino and executorch use the export's int8 when it has "
-            "one; torch and openvino otherwise bf16 where the GPU or CPU has it (AVX-512 BF16 / AMX), else fp32. "
-            "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx, openvino and executorch",
-            "choices": ENGINE_PRECISIONS,
-        },
-    )
-    device: str = field(
-        default="auto",
-        metadata={
-            "help": DEVICE_HELP + "; the torch engine's (onnx, openvino and executorch exports run on the CPU)",
-            "parse": parse_device,
-        },
-    )
-    threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)", "min": 1})
-
-
+    engine: str = field(default="torch", metadata={
+        "help": "torch, or onnx / openvino / executorch: --model is then a folder written by `albertlm export` (onnx "
+                "runs its int8 graph if present; openvino its static int8 file if present, else the fp32 graph, in "
+                "bf16 where the CPU has it, else f32; executorch the .pte of --format executorch, int8 if present)",
+        "choices": ENGINES})
+    precision: str = field(default="auto", metadata={
+        "help": "what the engine computes in. auto: onnx, openvino and executorch use the export's int8 when it has "
+                "one; torch and openvino otherwise bf16 where the GPU or CPU has it (AVX-512 BF16 / AMX), else fp32. "
+                "fp32 works on every engine; bf16 on torch and openvino; int8 on onnx, openvino and executorch",
+        "choices": ENGINE_PRECISIONS})
+    device: str = field(default="auto", metadata={
+        "help": DEVICE_HELP + "; the torch engine's (onnx, openvino and executorch exports run on the CPU)",
+        "parse": parse_device})
+    threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)",
+                                                        "min": 1})
 # What needs an optional module and which extra installs it; every module not named here is in the deploy extra.
 INSTALL = {"openvino": ("--engine openvino", "openvino"), "nncf": ("OpenVINO int8 (--calibration)", "openvino")}
 
@@ -263,11 +243,8 @@ class _Export:
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise DataError(f"{manifest_path}: damaged manifest ({e}); export again") from None
         if ("pte" in self.manifest) != (self.name == "executorch"):  # an ONNX folder and a .pte folder differ
-            made = (
-                "--format executorch: use --engine executorch"
-                if "pte" in self.manifest
-                else ("--format onnx: use --engine onnx or openvino")
-            )
+            made = "--format executorch: use --engine executorch" if "pte" in self.manifest else (
+                "--format onnx: use --engine onnx or openvino")
             raise UserError(f"{directory} was exported with {made}")
         for key, name in files.items():
             inside(directory, name, f"{manifest_path} files.{key}", DataError)
@@ -469,10 +446,8 @@ def _verify_export(directory: Path, manifest: dict) -> None:
             continue
         f = inside(directory, name, f"{directory / MANIFEST_FILE} sha256", DataError)
         if not f.is_file() or sha256(f) != digest:
-            raise DataError(
-                f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
-                "interrupted); export again: albertlm export --model DIR --out DIR"
-            )
+            raise DataError(f"{f} is missing or fails its checksum in {MANIFEST_FILE} (damaged, or an export was "
+                            "interrupted); export again: albertlm export --model DIR --out DIR")
 
 
 Engine = TorchEngine | OnnxEngine | OpenVinoEngine
@@ -495,11 +470,8 @@ def load_engine(directory: str | Path, engine: str = "torch", threads: int | Non
         raise UserError(f"--precision must be one of {', '.join(ENGINE_PRECISIONS)}, not {precision!r}")
     lacks = {"torch": "int8", "onnx": "bf16", "executorch": "bf16"}.get(engine)
     if precision == lacks:
-        hint = (
-            "int8 runs on an export: --engine onnx, openvino or executorch"
-            if lacks == "int8"
-            else (f"{engine} has no bf16 CPU kernels for this export; bf16 runs on --engine openvino or torch")
-        )
+        hint = "int8 runs on an export: --engine onnx, openvino or executorch" if lacks == "int8" else (
+            f"{engine} has no bf16 CPU kernels for this export; bf16 runs on --engine openvino or torch")
         raise UserError(f"--engine {engine} has no {precision}: {hint}")
     if engine != "torch" and parse_device(device).startswith("cuda"):
         raise UserError(f"--device {device}: --engine {engine} runs exports on the CPU here; use --engine torch on "
@@ -557,9 +529,8 @@ class Predictor:
         ``overrides`` sets them."""
         unknown = sorted(set(overrides or {}) - {f.name for f in fields(InferenceSettings)})
         if unknown:
-            raise UserError(
-                f"unknown inference settings {', '.join(unknown)}; the settings are the fields of InferenceSettings"
-            )
+            raise UserError(f"unknown inference settings {', '.join(unknown)}; the settings are the fields of "
+                            "InferenceSettings")
         runner = load_engine(directory, engine, threads, precision, device)
         info = dict(runner.config.extra.get(TASK_KEY) or {})
         name = task or info.get("name")
