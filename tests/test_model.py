@@ -173,8 +173,11 @@ def test_bad_checkpoints_name_keys_and_shapes(tmp_path):
     (tmp_path / "ok" / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="not a valid safetensors file"):
         albertlm.AlbertModel.from_pretrained(tmp_path / "ok")
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
         albertlm.AlbertModel.from_pretrained(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        albertlm.AlbertModel.from_pretrained(tmp_path / "empty")
 
 
 def test_pickle_payload_is_refused(tmp_path):

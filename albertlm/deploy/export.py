@@ -193,7 +193,7 @@ def export_onnx(
     measures each int8 file against fp32 before anything is moved into place, and stops the export past its
     limit.
     """
-    onnx = require("onnx")
+    require("onnx")
     require("onnxruntime")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_request(out_dir, quantize, graph, calibration)
@@ -208,33 +208,10 @@ def export_onnx(
     outputs, inputs = head.outputs, head.inputs
     choices = 2 if arch == "AlbertForMultipleChoice" else None
     with_p_mask = "p_mask" in inputs
-    axes = {0: "batch", 1: "sequence"} if choices is None else {0: "batch", 1: "choices", 2: "sequence"}
-    dynamic_axes = {name: axes for name in inputs}
     out_dir.mkdir(parents=True, exist_ok=True)
     with _staging(out_dir) as (out_dir, final_dir):  # out_dir is the temp folder from here on
         fp32_path = out_dir / FP32_FILE
-        fused = ort_attention(model) if graph == "ort" else contextlib.nullcontext()
-        with warnings.catch_warnings(), fused:
-            # The TorchScript exporter is deprecated in favour of torch.export, which takes ~6x longer
-            # here and gives the same graph after inline_shared_initializers; it is kept for speed and
-            # because it writes autograd Functions' symbolic ops (the fused Attention).
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                _Exportable(model, inputs, outputs).eval(),  # a fresh wrapper is in train mode: dropout on
-                sample_inputs(model.config, 2, 8, choices, p_mask=with_p_mask),
-                str(fp32_path),
-                input_names=list(inputs),
-                output_names=list(outputs),
-                dynamic_axes=dynamic_axes,
-                opset_version=opset,
-                do_constant_folding=True,
-                dynamo=False,
-                custom_opsets={"com.microsoft": 1},
-            )
-        proto = onnx.load(str(fp32_path))
-        removed = inline_shared_initializers(proto)
-        onnx.save(proto, str(fp32_path))
-        fusions = fuse_for_onnxruntime(fp32_path, model.config) if graph == "ort" else {}
+        removed, fusions = _write_graph(model, fp32_path, head, choices, opset, graph)
 
         manifest: dict[str, Any] = {
             "architecture": arch,
@@ -270,6 +247,36 @@ def export_onnx(
         _swap_in(out_dir, final_dir, written, manifest)
         return manifest
 
+
+def _write_graph(model: Any, fp32_path: Path, head: Any, choices: int | None, opset: int,
+                 graph: str) -> tuple[int, dict[str, int]]:  # fmt: skip
+    """Trace ``model`` to ``fp32_path`` (dynamic rows, choices and sequence), the shared layer's weights stored
+    once, onnxruntime's fusions applied for ``graph="ort"``; returns (Identity nodes inlined, fusions)."""
+    onnx = require("onnx")
+    inputs, outputs = head.inputs, head.outputs
+    axes = {0: "batch", 1: "sequence"} if choices is None else {0: "batch", 1: "choices", 2: "sequence"}
+    fused = ort_attention(model) if graph == "ort" else contextlib.nullcontext()
+    with warnings.catch_warnings(), fused:
+        # The TorchScript exporter is deprecated in favour of torch.export, which takes ~6x longer
+        # here and gives the same graph after inline_shared_initializers; it is kept for speed and
+        # because it writes autograd Functions' symbolic ops (the fused Attention).
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Exportable(model, inputs, outputs).eval(),  # a fresh wrapper is in train mode: dropout on
+            sample_inputs(model.config, 2, 8, choices, p_mask="p_mask" in inputs),
+            str(fp32_path),
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_axes={name: axes for name in inputs},
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+            custom_opsets={"com.microsoft": 1},
+        )
+    proto = onnx.load(str(fp32_path))
+    removed = inline_shared_initializers(proto)
+    onnx.save(proto, str(fp32_path))
+    return removed, (fuse_for_onnxruntime(fp32_path, model.config) if graph == "ort" else {})
 
 
 def measure_gate(gate: Any, tmp: Path, manifest: dict[str, Any], engines: list[str]) -> dict[str, Any]:

@@ -50,6 +50,11 @@ QA_SETTINGS = {"doc_stride": "doc_stride", "max_answer_len": "max_answer_length"
                "max_query_length", "max_seq_len": "max_seq_length", "align_to_words": "align_to_words"}  # fmt: skip
 
 
+def _same(value: Any, own: Any) -> bool:
+    """Equal as JSON values are: true is not 1 and 0 is not false (Python's ``==`` says they are)."""
+    return value == own and isinstance(value, bool) == isinstance(own, bool)
+
+
 def _bad(where: str, message: str, code: str = "invalid_field") -> RequestError:
     return RequestError(422, code, f"{where} {message}")
 
@@ -133,11 +138,11 @@ def check_parameters(service: Any, params: Any) -> dict:
             raise _bad("'parameters.top_k'", "must be 1: this server answers the best span of each question")
         for name, setting in QA_SETTINGS.items():
             value, own = params.get(name), getattr(p.settings, setting)
-            if value is not None and value != own:
+            if value is not None and not _same(value, own):
                 raise _bad(f"'parameters.{name}'", f"is {own!r} on this server (--{setting.replace('_', '-')}; "
                            "start it with another value to change it)")  # fmt: skip
         impossible = params.get("handle_impossible_answer")
-        if impossible is not None and impossible != (p.kind.name == "qa_v2"):
+        if impossible is not None and not _same(impossible, p.kind.name == "qa_v2"):
             raise _bad("'parameters.handle_impossible_answer'", f"must be {p.kind.name == 'qa_v2'}: this "
                        f"{'SQuAD 2.0' if p.kind.name == 'qa_v2' else 'SQuAD 1.1'} model "
                        f"{'answers no-answer when its null score wins' if p.kind.name == 'qa_v2' else 'always answers a span'}")  # fmt: skip  # noqa: E501

@@ -90,24 +90,15 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
     """Teach ``student`` (a preset shaped by ``s.config_overrides``, or a model folder) the teacher's hidden
     states and attention on the text under ``data``; the student (an ``AlbertModel``) and the teacher's
     tokenizer go to ``out``. Returns the run's summary (metrics.json)."""
-    from albertlm.training import checkpoint as ckpt
     from albertlm.training.distributed import cleanup, init_distributed
     from albertlm.training.rundir import remove_checkpoints
 
     check_out(out, student, overwrite, resume)
-    if not (d.hidden_weight or d.attention_weight):
-        raise UserError("--task general teaches hidden states and attention: give --hidden-weight or "
-                        "--attention-weight above 0")  # fmt: skip
-    if s.exits not in (None, "none"):
-        raise UserError("--exits: a general student has no classifier yet; add exits when it is fine-tuned")
+    _check_request(s, d)
     d = replace(d, soft_weight=0.0, hard_weight=0.0)
     tok = load_tokenizer(teacher_dir)
     length = s.inference.max_seq_length or 128
-    seqs = pack(read_lines(Path(data)), tok, length)
-    if len(seqs) < 2:
-        raise DataError(f"--data {data}: {len(seqs)} sequence(s) of text; general distillation needs more text")
-    held = max(1, round(len(seqs) * HELD_OUT))
-    train, dev = seqs[:-held], seqs[-held:]
+    train, dev = _split(data, tok, length)
     batch = s.batch_size or 32
     per_epoch = math.ceil(len(train) / batch)
     total = s.max_steps or max(1, math.ceil((s.epochs or 1.0) * per_epoch))
@@ -115,16 +106,7 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
     warmup = s.warmup if s.warmup is not None else 0.1
     warmup_steps = int(warmup * total) if warmup < 1 else int(min(warmup, total))
     torch.manual_seed(s.seed)
-    if student in PRESETS:
-        config = AlbertConfig.from_preset(student, vocab_size=tok.vocab_size, **s.config_overrides)
-        model = AlbertModel(config)
-    elif Path(student).is_dir():
-        model = AlbertModel.from_pretrained(Path(student), **s.config_overrides)
-    else:
-        raise UserError(f"--student {student}: neither a preset ({', '.join(PRESETS)}) nor a model folder")
-    if model.config.vocab_size < tok.vocab_size:
-        raise UserError(f"the student's vocab ({model.config.vocab_size}) is smaller than the teacher's tokenizer "
-                        f"({tok.vocab_size})")  # fmt: skip
+    model = _student(student, s, tok)
     teacher = Teacher.load(teacher_dir, "AlbertModel")
     info = init_distributed(s.device)
     if info.enabled:
@@ -144,22 +126,7 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
                     "total": total, "max_seq_length": length, "seed": s.seed, "distill": asdict(d),
                     "overrides": s.config_overrides}  # fmt: skip
     if resume:
-        state = ckpt.load_training_state(out / CHECKPOINTS, info, None)
-        if state is None:
-            raise TrainingError(f"--resume: no valid checkpoint under {out / CHECKPOINTS}; start afresh with "
-                                "--overwrite")  # fmt: skip
-        if state["config"] != json.loads(json.dumps(run_settings, default=str)):
-            raise TrainingError(f"--resume: {state['path']} was written with other settings; resume with the same "
-                                "ones, or start afresh with --overwrite")  # fmt: skip
-        ckpt.restore(state, stepper.wrapped, module, stepper.optimizer, stepper.scheduler, stepper.scaler, info, False)
-        step, losses, best, elapsed = state["step"], state["losses"], state["best"], state["elapsed"]
-        v, internal, gauss = state["order_rng"]
-        order.setstate((v, tuple(internal), gauss))
-        masks.bit_generator.state = state["mask_rng"]
-        ckpt.set_host_rng_state(state["host_rng"])
-        if state["rng"] is not None:
-            ckpt.set_rng_state(state["rng"])
-        _log.info("resumed from %s at step %d", state["path"], step)
+        step, losses, best, elapsed = _restore(out, info, stepper, module, run_settings, order, masks)
     elif overwrite:
         for name in OUTPUT_FILES:
             (out / name).unlink(missing_ok=True)
@@ -192,27 +159,14 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{stepper.lr():.2e}")
             if step % eval_every == 0 or step == total:
-                dev_loss = _evaluate(module, dev, tok, batch, info.device, stepper)
-                row = {"step": step, "train_loss": float(np.mean(losses[-50:])), "dev_loss": dev_loss,
-                       "lr": stepper.lr(), "elapsed_s": time.time() - t0}  # fmt: skip
-                tracker.log(row, split="eval")
-                _log.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
-                if not best or dev_loss < best["dev_loss"]:
-                    model.save_pretrained(out)
-                    if not best:
-                        tok.save(out, model_max_length=min(length, model.config.max_position_embeddings))
-                    best = {"dev_loss": dev_loss, "step": step}
+                row = {"step": step, "train_loss": float(np.mean(losses[-50:])), "lr": stepper.lr(),
+                       "dev_loss": _evaluate(module, dev, tok, batch, info.device, stepper),
+                       "elapsed_s": time.time() - t0}  # fmt: skip
+                best = _log_and_keep(row, best, tracker, model, tok, out, length)
             if s.save_every and step % s.save_every == 0 and step < total:
-                state = {"model": module.state_dict(), "sharded": None, "model_config": model.config,
-                         "architecture": "AlbertModel", "optimizer": stepper.optimizer.state_dict(),
-                         "scheduler": stepper.scheduler.state_dict(), "scaler": None, "rng": ckpt.rng_state(),
-                         "host_rng": ckpt.host_rng_state(),
-                         "order_rng": [pass_start[0], list(pass_start[1]), pass_start[2]],
-                         "mask_rng": masks.bit_generator.state, "step": step, "epoch": step // per_epoch,
-                         "step_in_epoch": step % per_epoch, "nonfinite": stepper.nonfinite, "tokens_seen": 0,
-                         "world_size": 1, "global_batch_size": batch, "losses": losses, "best": best,
-                         "elapsed": time.time() - t0, "config": json.loads(json.dumps(run_settings, default=str))}
-                ckpt.save_training_state(out / CHECKPOINTS, state, info, s.keep_last)
+                progress = {"step": step, "epoch": step // per_epoch, "step_in_epoch": step % per_epoch,
+                            "losses": losses, "best": best, "elapsed": time.time() - t0}  # fmt: skip
+                _save_checkpoint(out, stepper, module, info, s, progress, pass_start, masks, batch, run_settings)
         bar.close()
         stepper.check_trained(step, "the student was not kept")
     except BaseException:
@@ -226,15 +180,111 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
              "student_parameters": model.num_parameters(), "losses": {k: v for k, v in d.losses().items() if v},
              "layer_pairs": module.pairs, "best_step": best["step"],
              "metrics": {"dev_loss": best["dev_loss"]}}  # fmt: skip
-    write_text_atomic(out / "metrics.json", json.dumps(final, indent=2) + "\n")
-    losses_text = ", ".join(f"{k} x{v:g}" for k, v in final["losses"].items())
-    update_card(out, f"distilled task-agnostically from the teacher {teacher_dir} on {len(train)} sequences of "
-                f"{data} for {total} steps ({losses_text}), the student of step {best['step']} kept",
-                base_model=None if student in PRESETS else student, fresh=True,
-                facts={"teacher": teacher_dir, "losses": losses_text, "mask prob": d.mask_prob, "lr": lr,
-                       "batch size": batch, "max_seq_length": length, "seed": s.seed})  # fmt: skip
+    _write_results(out, final)
     tracker.finish(final["metrics"], best["step"])
     return final
+
+
+def _check_request(s: Settings, d: DistillSettings) -> None:
+    """Refuse what a task-agnostic distillation cannot do, before anything loads."""
+    if not (d.hidden_weight or d.attention_weight):
+        raise UserError("--task general teaches hidden states and attention: give --hidden-weight or "
+                        "--attention-weight above 0")  # fmt: skip
+    if s.exits not in (None, "none"):
+        raise UserError("--exits: a general student has no classifier yet; add exits when it is fine-tuned")
+
+
+def _split(data: str | Path, tok: Tokenizer, length: int) -> tuple[list, list]:
+    """The text under ``data`` packed into ``length``-token sequences of the teacher's tokens: (train, held out),
+    the last ``HELD_OUT`` share (at least one) held out."""
+    seqs = pack(read_lines(Path(data)), tok, length)
+    if len(seqs) < 2:
+        raise DataError(f"--data {data}: {len(seqs)} sequence(s) of text; general distillation needs more text")
+    held = max(1, round(len(seqs) * HELD_OUT))
+    return seqs[:-held], seqs[-held:]
+
+
+def _log_and_keep(row: dict[str, float], best: dict, tracker: Tracker, model: AlbertModel, tok: Tokenizer,
+                  out: Path, length: int) -> dict:  # fmt: skip
+    """One evaluation's row logged; the student saved to ``out`` when its held-out loss is the lowest yet (the
+    tokenizer with the first). Returns the best so far."""
+    tracker.log(row, split="eval")
+    _log.info("step %d: %s", row["step"], ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k != "step"))
+    if best and row["dev_loss"] >= best["dev_loss"]:
+        return best
+    model.save_pretrained(out)
+    if not best:
+        tok.save(out, model_max_length=min(length, model.config.max_position_embeddings))
+    return {"dev_loss": row["dev_loss"], "step": row["step"]}
+
+
+def _save_checkpoint(out: Path, stepper: Stepper, module: DistillStudent, info: Any, s: Settings,
+                     progress: dict[str, Any], pass_start: tuple, masks: np.random.Generator, batch: int,
+                     run_settings: dict) -> None:  # fmt: skip
+    """A training checkpoint under ``out`` (as fine-tuning writes them): the student and its projections, the
+    optimizer, both random streams (the pass's shuffle from its start), ``progress`` and the run's settings."""
+    from albertlm.training import checkpoint as ckpt
+
+    state = {"model": module.state_dict(), "sharded": None, "model_config": module.student.config,
+             "architecture": "AlbertModel", "optimizer": stepper.optimizer.state_dict(),
+             "scheduler": stepper.scheduler.state_dict(), "scaler": None, "rng": ckpt.rng_state(),
+             "host_rng": ckpt.host_rng_state(), "order_rng": [pass_start[0], list(pass_start[1]), pass_start[2]],
+             "mask_rng": masks.bit_generator.state, "nonfinite": stepper.nonfinite, "tokens_seen": 0,
+             "world_size": 1, "global_batch_size": batch, **progress,
+             "config": json.loads(json.dumps(run_settings, default=str))}  # fmt: skip
+    ckpt.save_training_state(out / CHECKPOINTS, state, info, s.keep_last)
+
+
+def _student(student: str, s: Settings, tok: Tokenizer) -> AlbertModel:
+    """The student: a preset shaped by ``s.config_overrides`` and sized to the teacher's vocabulary, or a model
+    folder whose vocabulary covers it."""
+    if student in PRESETS:
+        return AlbertModel(AlbertConfig.from_preset(student, vocab_size=tok.vocab_size, **s.config_overrides))
+    if not Path(student).is_dir():
+        raise UserError(f"--student {student}: neither a preset ({', '.join(PRESETS)}) nor a model folder")
+    model = AlbertModel.from_pretrained(Path(student), **s.config_overrides)
+    if model.config.vocab_size < tok.vocab_size:
+        raise UserError(f"the student's vocab ({model.config.vocab_size}) is smaller than the teacher's tokenizer "
+                        f"({tok.vocab_size})")  # fmt: skip
+    return model
+
+
+def _restore(out: Path, info: Any, stepper: Stepper, module: DistillStudent, run_settings: dict,
+             order: random.Random, masks: np.random.Generator) -> tuple[int, list, dict, float]:  # fmt: skip
+    """--resume: the newest valid checkpoint under ``out`` put back into the stepper, the student and both
+    random streams (refused when its settings are not these); returns (step, losses, best, elapsed)."""
+    from albertlm.training import checkpoint as ckpt
+
+    state = ckpt.load_training_state(out / CHECKPOINTS, info, None)
+    if state is None:
+        raise TrainingError(f"--resume: no valid checkpoint under {out / CHECKPOINTS}; start afresh with "
+                            "--overwrite")  # fmt: skip
+    if state["config"] != json.loads(json.dumps(run_settings, default=str)):
+        raise TrainingError(f"--resume: {state['path']} was written with other settings; resume with the same "
+                            "ones, or start afresh with --overwrite")  # fmt: skip
+    ckpt.restore(state, stepper.wrapped, module, stepper.optimizer, stepper.scheduler, stepper.scaler, info, False)
+    v, internal, gauss = state["order_rng"]
+    order.setstate((v, tuple(internal), gauss))
+    masks.bit_generator.state = state["mask_rng"]
+    ckpt.set_host_rng_state(state["host_rng"])
+    if state["rng"] is not None:
+        ckpt.set_rng_state(state["rng"])
+    _log.info("resumed from %s at step %d", state["path"], state["step"])
+    return state["step"], state["losses"], state["best"], state["elapsed"]
+
+
+def _write_results(out: Path, final: dict[str, Any]) -> None:
+    """metrics.json and the model card of a finished general distillation."""
+    write_text_atomic(out / "metrics.json", json.dumps(final, indent=2) + "\n")
+    losses_text = ", ".join(f"{k} x{v:g}" for k, v in final["losses"].items())
+    student = final["student"]
+    update_card(out, f"distilled task-agnostically from the teacher {final['teacher']} on "
+                f"{final['train_sequences']} sequences of {final['data']} for {final['steps']} steps ({losses_text}), "
+                f"the student of step {final['best_step']} kept",
+                base_model=None if student in PRESETS else student, fresh=True,
+                facts={"teacher": final["teacher"], "losses": losses_text, "mask prob": final["mask_prob"],
+                       "lr": final["lr"], "batch size": final["batch_size"], "max_seq_length": final["max_seq_length"],
+                       "seed": final["seed"]})  # fmt: skip
 
 
 @torch.no_grad()
