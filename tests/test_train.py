@@ -250,7 +250,13 @@ def test_bad_settings_are_clear_errors(shards, tmp_path):
         pretrain(config(shards, tmp_path, global_batch_size=100_000, micro_batch_size=4))
     r = subprocess.run(cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")), capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "no manifest.json" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "no such folder" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("one sentence.\n", encoding="utf-8")
+    r = subprocess.run(cli("--data", str(tmp_path / "text"), "--out", str(tmp_path / "o")), capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode == 2 and "no manifest.json" in r.stderr and "albertlm data build --input" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
