@@ -95,9 +95,12 @@ def read_inputs(kind: str, inputs: Any, max_items: int) -> tuple[list[dict], boo
                     and all(isinstance(v, str) and v for v in x.values())):  # fmt: skip
                 raise _bad(where, 'must be {"question": ..., "context": ...} with non-empty strings')
             out.append({"id": str(i), **x})
-        else:  # choice: the /v1 objects
-            if not isinstance(x, dict):
-                raise _bad(where, 'must be {"context", "question", "options"} as /v1/predict takes')
+        else:  # choice: the /v1 objects, held to the schema /openapi.json shows for them
+            from albertlm.deploy.schema import conforms, input_schemas
+
+            why = conforms(x, {"anyOf": input_schemas("choice")}, where)
+            if why is not None:
+                raise _bad(where, f'must be {{"context", "question", "options"}} as /v1/predict takes: {why}')
             out.append(x)
     return out, batched
 
