@@ -6,7 +6,7 @@ written in the classic format: one sentence per line, a blank line between docum
 technical prose, ~1 MB, identical on every install of one Python version, under the PSF license of the
 interpreter it came with.
 
-    albertlm pretrain                      # corpus -> tokenizer -> shards -> a few minutes of albert-tiny
+    albertlm pretrain                      # corpus -> tokenizer -> shards -> about 5 minutes of albert-tiny
 
 Its budget is about five minutes on 2 otherwise idle CPU cores: 240 steps of 32 x 128-token instances
 (~660k tokens at the ~2,600 tokens/s albert-tiny trains at there). That is enough to see the losses fall
