@@ -92,3 +92,20 @@ def test_a_body_error_names_the_field_the_route_takes(classify_client):
     for route, field in (("predict", '"inputs"'), ("classify", '"texts"')):
         r = classify_client.post(f"/v1/{route}", json=["a list"])
         assert r.status_code == 422 and field in r.json()["error"]["message"], r.text
+
+
+def test_hf_routes_hold_parameters_and_inputs_to_their_schema():
+    """What schemathesis found on the HF routes: 0 accepted where the schema says false (Python's 0 == False),
+    and a multiple-choice input with a field the schema does not allow."""
+    art = deploy_artifacts()
+    qa = TestClient(create_app(Predictor.load(art["AlbertForQuestionAnswering"], engine="torch")))
+    body = {"inputs": {"question": "what is good?", "context": "the film is good"}}
+    assert qa.post("/predict", json={**body, "parameters": {"handle_impossible_answer": False}}).status_code == 200
+    for params in ({"handle_impossible_answer": 0}, {"align_to_words": 1}):
+        r = qa.post("/predict", json={**body, "parameters": params})
+        assert r.status_code == 422 and next(iter(params)) in r.json()["error"]["message"], r.text
+    choice = TestClient(create_app(Predictor.load(art["AlbertForMultipleChoice"], engine="torch")))
+    item = {"context": "the film", "question": "is it", "options": ["good", "bad"]}
+    assert choice.post("/predict", json={"inputs": [item]}).status_code == 200
+    r = choice.post("/predict", json={"inputs": [{**item, "extra": 42}]})
+    assert r.status_code == 422 and "'inputs[0]'" in r.json()["error"]["message"], r.text
