@@ -42,6 +42,19 @@ def add_user_data_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) 
     add_flags(p, UserData, skip=skip)
 
 
+def add_training_data_flags(p: argparse.ArgumentParser) -> None:
+    """Where a training command's examples come from (finetune, distill): other train / eval files, a holdout,
+    your own data's columns, and the limits on both splits."""
+    from pathlib import Path
+
+    p.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
+    p.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
+    p.add_argument("--holdout", type=flags.limit, default=0, help="evaluate on the last N training examples instead")
+    add_user_data_flags(p)
+    p.add_argument("--limit-train", type=flags.limit, default=0, help="use only the first N training examples")
+    p.add_argument("--limit-eval", type=flags.limit, default=0, help="evaluate on the first N evaluation examples")
+
+
 def user_data(args: argparse.Namespace, task):  # noqa: ANN001, ANN201
     """The task with the column flags given (over the ones a model saved); for the generic tasks only."""
     from albertlm.commands.flags import values

@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_user_data_flags
+from albertlm.commands.common import add_inference_flags, add_training_data_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,12 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the student and metrics an earlier run left in --out (OUT/teacher stays)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-    p.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
-    p.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
-    p.add_argument("--holdout", type=flags.limit, default=0, help="evaluate on the last N training examples instead")
-    add_user_data_flags(p)
-    p.add_argument("--limit-train", type=flags.limit, default=0, help="use only the first N training examples")
-    p.add_argument("--limit-eval", type=flags.limit, default=0, help="evaluate on the first N evaluation examples")
+    add_training_data_flags(p)
     add_flags(p, DistillSettings)
     add_flags(p, Settings)
     p.add_argument("--quiet", dest="progress", action="store_false", default=None, help="the same as --no-progress")

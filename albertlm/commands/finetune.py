@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_user_data_flags, against_baseline
+from albertlm.commands.common import add_inference_flags, add_training_data_flags, against_baseline
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,12 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--resume", action="store_true",
                     help="continue the run in --out from its newest checkpoint (see --save-every), with the same "
                          "settings; bitwise exact on the CPU")  # fmt: skip
-    ft.add_argument("--train-file", type=Path, default=None, help="training file instead of the task's default")
-    ft.add_argument("--eval-file", type=Path, default=None, help="evaluation file instead of the task's dev file")
-    ft.add_argument("--holdout", type=flags.limit, default=0, help="evaluate on the last N training examples instead")
-    add_user_data_flags(ft)
-    ft.add_argument("--limit-train", type=flags.limit, default=0, help="use only the first N training examples")
-    ft.add_argument("--limit-eval", type=flags.limit, default=0, help="evaluate on the first N evaluation examples")
+    add_training_data_flags(ft)
     add_flags(ft, Settings)
     from albertlm.training.search import SearchSettings
 

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from albertlm.deploy import early_exit
+from albertlm.deploy.export import _ExitEmbed
 from albertlm.deploy.inference import _Export, require
 from albertlm.errors import DataError, UserError
 
@@ -51,14 +52,6 @@ MIN_SEQ = 2  # torch.export specializes a dimension of size 1, so the dynamic se
 # host-side decoding; both stay on --format onnx.
 HEADS = ("AlbertModel", "AlbertForSequenceClassification", "AlbertForTokenClassification",
          "AlbertForQuestionAnswering", "AlbertForMultipleChoice")  # fmt: skip
-EDGE_HINT = "pip install 'albertlm[edge]'"
-
-
-def _require(module: str) -> Any:
-    try:
-        return require(module)
-    except Exception:
-        raise UserError(f"{module} is needed for ExecuTorch export and --engine executorch: {EDGE_HINT}") from None
 
 
 # --------------------------------------------------------------------------- the program's methods
@@ -72,17 +65,6 @@ class _Forward(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return tuple(getattr(out, name) for name in self.outputs)
-
-
-class _Embed(nn.Module):
-    """(N, S) ids, mask and types -> the first computed layer's input (N, S, H)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
-        return self.model.exit_start(input_ids, attention_mask, token_type_ids)[0]
 
 
 class _Layer(nn.Module):
@@ -148,7 +130,7 @@ def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str
     }
     if getattr(model, "has_exits", False):
         flat = tuple(a.reshape(-1, a.shape[-1]) for a in args)
-        methods["embed"] = (_Embed(model), flat, (_dims("flat", S),) * 3)
+        methods["embed"] = (_ExitEmbed(model), flat, (_dims("flat", S),) * 3)
         groups = _stored_groups(config)
         hidden = torch.randn(flat[0].shape[0], flat[0].shape[1], config.hidden_size)
         for g in sorted(set(groups)):
@@ -179,7 +161,7 @@ def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str |
           feeds: list[dict[str, np.ndarray]] | None = None) -> bytes:  # fmt: skip
     """The ``.pte`` program of ``model`` (see the module docstring): fp32, or int8 (static on ``feeds``,
     else dynamic)."""
-    _require("executorch")
+    require("executorch")
     import executorch.kernels.quantized  # noqa: F401  (out variants of the quantized ops left outside XNNPACK)
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -290,7 +272,7 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
     from albertlm.deploy.inference import MANIFEST_FILE, architecture_of, load_torch_model
     from albertlm.files import sha256
 
-    _require("executorch")
+    require("executorch")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_request(out_dir, quantize, "ort", calibration)
     arch = architecture_of(model_dir)
@@ -451,7 +433,7 @@ class ExecuTorchEngine(_Export):
         if precision == "int8" and "int8" not in files:
             raise FileNotFoundError(f"{directory} has no int8 program; export with --format executorch --quantize int8")
         self.precision = "int8" if (precision == "int8" or (precision == "auto" and "int8" in files)) else "fp32"
-        _require("executorch")
+        require("executorch")
         import executorch.kernels.quantized  # noqa: F401  (the int8 embedding's kernels, registered on import)
         from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime

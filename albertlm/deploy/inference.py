@@ -71,7 +71,8 @@ class EngineSettings:
     threads: int | None = field(default=None, metadata={"help": "intra-op CPU threads (default: all cores)",
                                                         "min": 1})
 # What needs an optional module and which extra installs it; every module not named here is in the deploy extra.
-INSTALL = {"openvino": ("--engine openvino", "openvino"), "nncf": ("OpenVINO int8 (--calibration)", "openvino")}
+INSTALL = {"openvino": ("--engine openvino", "openvino"), "nncf": ("OpenVINO int8 (--calibration)", "openvino"),
+           "executorch": ("ExecuTorch export and --engine executorch", "edge")}
 
 
 def require(module: str) -> Any:

@@ -504,9 +504,6 @@ def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out
     its tokenizer (the teacher's) and metrics go to ``out``. Returns fine-tuning's summary with the teacher
     and losses added."""
     from albertlm.training.distributed import cleanup, init_distributed
-    from albertlm.training.finetune import CHECKPOINTS, OUTPUT_FILES
-    from albertlm.training.rundir import remove_checkpoints
-
     check_out(out, student, overwrite, resume)
     if s.lr is None and student in PRESETS:
         s = _with_lr(s, STUDENT_LR)
@@ -514,14 +511,7 @@ def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out
     teacher = Teacher.load(teacher_dir, arch)
     info = init_distributed(s.device)
     try:
-        run = Distillation(task, data, student, tok, out, s, info, d, teacher)
-        if resume:
-            run.resume()
-        elif overwrite and info.is_main:
-            for name in OUTPUT_FILES:
-                (out / name).unlink(missing_ok=True)
-            remove_checkpoints(out / CHECKPOINTS)
-        return run.train()
+        return Distillation(task, data, student, tok, out, s, info, d, teacher).start(resume, overwrite)
     finally:
         cleanup(info)
 

@@ -255,14 +255,7 @@ def train(
     try:
         same_settings(info, {"model": model_arg, "out": str(out), **{k: v for k, v in asdict(s).items()
                                                                     if k != "progress"}})  # fmt: skip
-        run = FineTuning(task, data, model_arg, tok, out, s, info, on_eval)
-        if resume:
-            run.resume()
-        elif overwrite and info.is_main:  # the previous run's files go only now, when this run writes its own
-            for name in OUTPUT_FILES:
-                (out / name).unlink(missing_ok=True)
-            remove_checkpoints(out / CHECKPOINTS)
-        return run.train()
+        return FineTuning(task, data, model_arg, tok, out, s, info, on_eval).start(resume, overwrite)
     finally:
         cleanup(info)
 
@@ -341,6 +334,17 @@ class FineTuning:
         _card(self.out, self.task, self.data, self.s, self.model_arg, final)
 
     # -------------------------------------------------------------- the loop
+    def start(self, resume: bool, overwrite: bool) -> dict:
+        """Train from the newest checkpoint (``resume``) or afresh; with ``overwrite`` the previous run's files
+        go only now, when this run writes its own. Returns the summary (metrics.json)."""
+        if resume:
+            self.resume()
+        elif overwrite and self.info.is_main:
+            for name in OUTPUT_FILES:
+                (self.out / name).unlink(missing_ok=True)
+            remove_checkpoints(self.out / CHECKPOINTS)
+        return self.train()
+
     def train(self) -> dict:
         s, info = self.s, self.info
         self.out.mkdir(parents=True, exist_ok=True)
