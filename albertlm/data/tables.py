@@ -12,6 +12,7 @@ and datasets, one record batch at a time, so memory stays bounded by a batch, no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections import Counter
@@ -108,10 +109,26 @@ def class_names(path: Path) -> dict[str, list[str]]:
     return out
 
 
+@contextlib.contextmanager
+def _reading(path: Path, fmt: str) -> Iterator[None]:
+    """A Parquet / Arrow / ``datasets`` read whose failures end in one line naming ``path``: a missing reader
+    names the extra, a damaged file says so; other errors pass through."""
+    try:
+        yield
+    except ImportError as e:
+        raise UserError(f"{path}: reading {fmt} needs {e.name}; pip install 'albertlm[corpora]'") from None
+    except OSError as e:
+        raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
+    except Exception as e:
+        if type(e).__module__.startswith(("pyarrow", "datasets")):
+            raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
+        raise
+
+
 def table_records(path: Path, fmt: str) -> tuple[list[dict], dict[str, list[str]]]:
     """Every row of a Parquet file (its whole shard series) or a saved ``datasets`` folder as a dict, ClassLabel
     ids replaced by their names (-1, datasets' "no label", by None), and the names by column."""
-    try:
+    with _reading(path, fmt):
         if fmt == "datasets":
             import datasets
 
@@ -127,14 +144,6 @@ def table_records(path: Path, fmt: str) -> tuple[list[dict], dict[str, list[str]
             for file in parquet_series(path):
                 source = pq.ParquetFile(file)
                 rows += [r for g in range(source.num_row_groups) for r in source.read_row_group(g).to_pylist()]
-    except ImportError as e:
-        raise DataError(f"{path}: reading {fmt} needs {e.name}; pip install 'albertlm[corpora]'") from None
-    except OSError as e:
-        raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
-    except Exception as e:
-        if type(e).__module__.startswith(("pyarrow", "datasets")):
-            raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
-        raise
 
     def name(column: str, v: Any) -> Any:
         classes = names[column]
@@ -155,7 +164,7 @@ def table_bytes(path: Path) -> int:
 
 
 def _batches(path: Path, fmt: str, columns: list[str]) -> Iterator[dict[str, list]]:
-    try:
+    with _reading(path, fmt):
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -187,14 +196,6 @@ def _batches(path: Path, fmt: str, columns: list[str]) -> Iterator[dict[str, lis
                                 f"{path / next(iter(ds))}")  # fmt: skip
             _check_columns(path, columns, ds.column_names)
             yield from ds.select_columns(columns).iter(batch_size=BATCH_ROWS)
-    except ImportError as e:
-        raise UserError(f"{path}: reading {fmt} needs {e.name}; pip install 'albertlm[corpora]'") from None
-    except OSError as e:
-        raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
-    except Exception as e:
-        if type(e).__module__.startswith(("pyarrow", "datasets")):
-            raise DataError(f"{path}: not a readable {fmt} file ({e})") from None
-        raise
 
 
 def _check_columns(path: Path, wanted: list[str], names: list[str]) -> None:
