@@ -98,6 +98,16 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
 FINETUNE_FAST = ["--quiet", "--max-steps", "1", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "32"]
 
 
+def refused(capsys, code: int, *needles: str) -> str:
+    """An in-process ``main()`` that stopped with exit 2 and one ``albertlm CMD: error:`` line (no traceback)
+    holding every needle; returns that line."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err[-5:])
+    for n in needles:
+        assert n in err[-1], (n, err[-1])
+    return err[-1]
+
+
 def tiny_sst2_data(root: Path) -> Path:
     """An SST-2-shaped folder of 16 made-up rows (train.tsv = dev.tsv) at ``root``."""
     root.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_SET, finetune_tiny_sst2
+from conftest import TINY_SET, finetune_tiny_sst2, refused
 
 import albertlm
 from albertlm.cli import main
@@ -44,14 +44,6 @@ def exit_export(tok_dir, tmp_path_factory) -> tuple[Path, Path]:
     save(m, tok, root / "model", task, Settings(inference=InferenceSettings(max_seq_length=32)))
     assert main(["export", "--model", str(root / "model"), "--out", str(root / "export")]) == 0
     return root / "model", root / "export"
-
-
-def refused(capsys, code: int, *needles: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err)
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
-    return err[-1]
 
 
 # --------------------------------------------------------------------------- 10. the Python API

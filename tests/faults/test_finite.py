@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import finetune_tiny_sst2, tiny_sst2_data
+from conftest import finetune_tiny_sst2, refused, tiny_sst2_data
 from safetensors.torch import load_file, save_file
 
 from albertlm.cli import main
@@ -34,14 +34,6 @@ def nan_model(model, tmp_path_factory) -> Path:
     sd[key][0] = float("nan")
     save_file(sd, str(bad / "model.safetensors"), metadata={"format": "pt"})
     return bad
-
-
-def refused(capsys, code: int, *needles: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err)
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
-    return err[-1]
 
 
 @pytest.mark.parametrize("field, value, needle", [

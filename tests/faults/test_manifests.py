@@ -14,19 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_SET
+from conftest import TINY_SET, refused
 
 from albertlm.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def refused(capsys, code: int, *needles: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err[-5:])
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
-    return err[-1]
 
 
 def tokens(m: dict) -> dict:

@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import FINETUNE_FAST, TINY_SET, tiny_sst2_data
+from conftest import FINETUNE_FAST, TINY_SET, refused, tiny_sst2_data
 
 from albertlm.cli import main
 
@@ -21,14 +21,6 @@ def search_args(tok_dir, data, out, *extra: str) -> list[str]:  # noqa: ANN001
     return ["finetune", "--task", "sst2", "--data", str(data), "--model", "albert-tiny", "--tokenizer", str(tok_dir),
             "--out", str(out), "--search-seeds", "1", "--search-batch-sizes", "8", "--search-evals", "1",
             *FINETUNE_FAST, *TINY_SET, *extra]  # fmt: skip
-
-
-def refused(capsys, code: int, *needles: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err[-5:])
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
-    return err[-1]
 
 
 def states(out) -> list[str]:  # noqa: ANN001

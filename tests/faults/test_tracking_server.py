@@ -9,7 +9,7 @@ import os
 import socket
 
 import pytest
-from conftest import FINETUNE_FAST, TINY_SET, pretrain_args, tiny_sst2_data
+from conftest import FINETUNE_FAST, TINY_SET, pretrain_args, refused, tiny_sst2_data
 
 from albertlm.cli import main
 from albertlm.training.tracking import check_reachable
@@ -22,13 +22,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def refused(capsys, code: int, *needles: str) -> None:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err)
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
 
 
 MLFLOW = pytest.param("mlflow", "MLFLOW_TRACKING_URI", {}, "unset it to log to RUN/mlflow.db", id="mlflow",

@@ -12,20 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FINETUNE_FAST, TINY_SET, finetune_tiny_sst2, tiny_sst2_data
+from conftest import FINETUNE_FAST, TINY_SET, finetune_tiny_sst2, refused, tiny_sst2_data
 
 from albertlm.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 MINE = "my own notes, not a model card\n"
-
-
-def refused(capsys, code: int, *needles: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err and ": error: " in err[-1] and "Traceback" not in "\n".join(err), (code, err[-5:])
-    for n in needles:
-        assert n in err[-1], (n, err[-1])
-    return err[-1]
 
 
 @pytest.fixture(scope="module")
