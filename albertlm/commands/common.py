@@ -113,6 +113,13 @@ def note_skips(policy, log) -> None:  # noqa: ANN001
         log(f"skipped {policy.skipped} bad rows (first: {policy.first})")
 
 
+def main_score(result: dict) -> str:
+    """A training run's closing score: its main metric (or the first one) beside the majority baseline."""
+    m = result["metrics"]
+    main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
+    return f"{main}={m[main]:.4f}{against_baseline(m, main)}" if main else "no eval"
+
+
 def against_baseline(metrics: dict, main: str) -> str:
     """The main metric beside the majority baseline (always the most frequent label) and the gap, and whether
     the gap clears the noise of the evaluation's size (for accuracy: 1.96 binomial standard errors of the

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from albertlm.commands.common import add_inference_flags, add_training_data_flags
+from albertlm.commands.common import add_inference_flags, add_training_data_flags, main_score
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,9 +77,7 @@ def _distill(args: argparse.Namespace) -> int:
               f"{result['best_step']}); wrote the student + tokenizer + metrics.json to {out}; next: albertlm "
               f"finetune --task TASK --data DIR --model {out} --out DIR")  # fmt: skip
         return 0
-    m = result["metrics"]
-    main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
-    shown = f"{main}={m[main]:.4f}" if main else "no eval"
+    shown = main_score(result)
     print(f"distilled {result['teacher']} into a {result['student_parameters']:,}-parameter student on "
           f"{result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
           f"{result['eval_examples']} examples; wrote the student + tokenizer + metrics.json to {out}; next: "

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.commands import flags
-from albertlm.commands.common import add_inference_flags, add_training_data_flags, against_baseline
+from albertlm.commands.common import add_inference_flags, add_training_data_flags, main_score
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,9 +83,7 @@ def _finetune(args: argparse.Namespace) -> int:
               f"{sd['mean']:.4f}, stdev {sd['stdev']:.4f} (best seed {sd['best_seed']}: {sd['max']:.4f}, kept as the "
               f"model in {out}); wrote {out / 'search.md'}, search.json, search.png")  # fmt: skip
         return 0
-    m = result["metrics"]
-    main = result["main_metric"] if result["main_metric"] in m else next(iter(m), None)
-    shown = f"{main}={m[main]:.4f}{against_baseline(m, main)}" if main else "no eval"
+    shown = main_score(result)
     kept = f" (kept the model of step {result['best_step']})" if result["best_step"] != result["steps"] else ""
     print(f"fine-tuned {result['task']} for {result['steps']} steps ({result['train_seconds']:.0f}s): {shown} on "
           f"{result['eval_examples']} examples{kept}; wrote model + tokenizer + metrics.json/metrics.jsonl to {out}")

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from albertlm.deploy import early_exit
-from albertlm.deploy.export import _ExitEmbed
+from albertlm.deploy.export import _ExitEmbed, _ExitLayer
 from albertlm.deploy.inference import _Export, require
 from albertlm.errors import DataError, UserError
 
@@ -67,25 +67,12 @@ class _Forward(nn.Module):
         return tuple(getattr(out, name) for name in self.outputs)
 
 
-class _Layer(nn.Module):
-    """One stored layer group and the exit classifier of ``layer`` (shape (1,)): (hidden, mask, layer) ->
-    (hidden_out, logits). The classifiers are stacked and one is picked by ``index_select``, which export
-    can trace with ``layer`` as data (indexing by a tensor's value cannot be)."""
+class _Layer(_ExitLayer):
+    """The ONNX exit graphs' layer step with ``layer`` of shape (1,): its classifier is picked by
+    ``index_select``, which torch.export traces with ``layer`` as data (indexing by a tensor's value it cannot)."""
 
-    def __init__(self, model: nn.Module, first_layer: int):
-        super().__init__()
-        self.model, self.first_layer = model, first_layer
-        layers = range(model.config.num_hidden_layers)
-        self.register_buffer("exit_weight", torch.stack([model.exit_classifier(j).weight.detach() for j in layers]))
-        self.register_buffer("exit_bias", torch.stack([model.exit_classifier(j).bias.detach() for j in layers]))
-
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, layer: torch.Tensor):
-        from albertlm.model import attention_bias
-
-        h = self.model.albert.encoder.run_layer(hidden, attention_bias(attention_mask, hidden.dtype), self.first_layer)
-        pooled = torch.tanh(self.model.albert.pooler(h[:, 0]))  # (N, H)
-        weight, bias = self.exit_weight.index_select(0, layer)[0], self.exit_bias.index_select(0, layer)[0]
-        return h, pooled @ weight.transpose(0, 1) + bias  # (N, S, H), (N, width)
+    def classifier(self, layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.exit_weight.index_select(0, layer)[0], self.exit_bias.index_select(0, layer)[0]
 
 
 class Int8Embedding(nn.Module):

@@ -533,8 +533,12 @@ class _ExitLayer(nn.Module):
 
         h = self.model.albert.encoder.run_layer(hidden, attention_bias(attention_mask, hidden.dtype), self.first_layer)
         pooled = torch.tanh(self.model.albert.pooler(h[:, 0]))  # (N, H)
-        logits = pooled @ self.exit_weight[layer].transpose(0, 1) + self.exit_bias[layer]  # (N, width)
-        return h, logits
+        weight, bias = self.classifier(layer)
+        return h, pooled @ weight.transpose(0, 1) + bias  # (N, S, H), (N, width)
+
+    def classifier(self, layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The exit classifier's weight and bias for ``layer``, a scalar tensor."""
+        return self.exit_weight[layer], self.exit_bias[layer]
 
 
 def _stored_groups(config: AlbertConfig) -> list[int]:
