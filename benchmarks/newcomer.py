@@ -3,7 +3,7 @@ a fresh virtual environment with pip's cache off (PIP_NO_CACHE_DIR=1), then the 
 docs/results/newcomer.json and .md and the README's figures brought to them (tests/test_newcomer.py checks all
 three agree, so no figure in the README is typed by hand).
 
-    nice -n 10 python benchmarks/newcomer.py             # ~20-25 min on 2 cores: clones this checkout's HEAD
+    python benchmarks/newcomer.py --note NOTE            # 10-25 min on 2 cores: clones this checkout's HEAD
     python benchmarks/newcomer.py --readme-only          # the README's figures from the committed newcomer.json
 
 The steps are the README's, read out of README.md by .ci/readme.py, in one venv as a newcomer runs them: the CPU
@@ -135,7 +135,7 @@ def render_markdown(fig: dict) -> str:
 Written by `benchmarks/newcomer.py` (do not edit: run it again; `tests/test_newcomer.py` checks this page, \
 `newcomer.json` and the README's figures agree). Earlier sessions' measurements are in this file's git history.
 
-    nice -n 10 python benchmarks/newcomer.py
+    python benchmarks/newcomer.py --note NOTE     # NOTE: who else used the machine (niced, nice -n 10, if others did)
 
 - date: {fig['date']}, commit {fig['commit']} (a fresh `git clone` of it, a fresh venv, `PIP_NO_CACHE_DIR=1`)
 - machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB, {m['os']}, Python {m['python']}; \

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from albertlm.data.demo import DEMO_BATCH, DEMO_STEPS
 
-# The embedded demo's settings where the user gives none: 240 steps, about 5 minutes on 2 idle CPU cores (12 on
-# the shared, loaded machine of docs/results/newcomer.md).
+# The embedded demo's settings where the user gives none: 240 steps, 2.2 minutes on 2 idle CPU cores
+# (docs/results/newcomer.md).
 DEMO = {"out": "runs/demo", "max_steps": DEMO_STEPS, "global_batch_size": DEMO_BATCH}
 
 

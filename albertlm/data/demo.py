@@ -6,12 +6,13 @@ written in the classic format: one sentence per line, a blank line between docum
 technical prose, ~1 MB, identical on every install of one Python version, under the PSF license of the
 interpreter it came with.
 
-    albertlm pretrain                      # corpus -> tokenizer -> shards -> about 5 minutes of albert-tiny
+    albertlm pretrain                      # corpus -> tokenizer -> shards -> a few minutes of albert-tiny
 
-Its budget is about five minutes on 2 otherwise idle CPU cores: 240 steps of 32 x 128-token instances
-(~660k tokens at the ~2,600 tokens/s albert-tiny trains at there). That is enough to see the losses fall
-and to compare against the no-model baselines honestly, not to beat them: held-out MLM stays below the
-copy-or-most-frequent baseline, which a small model passes only after thousands of steps (README, Results).
+Its budget is a few minutes on 2 otherwise idle CPU cores (2.2 measured, docs/results/newcomer.md): 240 steps
+of 32 x 128-token instances (~660k tokens at the ~5,000 tokens/s albert-tiny trains at there). That is
+enough to see the losses fall and to compare against the no-model baselines honestly, not to beat them:
+held-out MLM stays below the copy-or-most-frequent baseline, which a small model passes only after thousands
+of steps (README, Results).
 """
 
 from __future__ import annotations
