@@ -503,7 +503,8 @@ def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out
     """Distil ``teacher_dir`` into ``student`` (a preset or a model folder) on ``data``; the kept student,
     its tokenizer (the teacher's) and metrics go to ``out``. Returns fine-tuning's summary with the teacher
     and losses added."""
-    from albertlm.training.distributed import cleanup, init_distributed
+    from albertlm.training.distributed import cleanup, init_distributed, same_settings
+
     check_out(out, student, overwrite, resume)
     if s.lr is None and student in PRESETS:
         s = _with_lr(s, STUDENT_LR)
@@ -511,6 +512,8 @@ def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out
     teacher = Teacher.load(teacher_dir, arch)
     info = init_distributed(s.device)
     try:
+        same_settings(info, {"student": student, "teacher": teacher_dir, "out": str(out), "distill": asdict(d),
+                             **{k: v for k, v in asdict(s).items() if k != "progress"}})  # fmt: skip
         return Distillation(task, data, student, tok, out, s, info, d, teacher).start(resume, overwrite)
     finally:
         cleanup(info)

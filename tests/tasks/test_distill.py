@@ -388,3 +388,37 @@ def test_general_distillation_resumes_bitwise_and_its_student_fine_tunes(data, t
     assert main(["distill", "--task", "general", "--data", str(text), "--teacher", str(teacher), "--out",
                  str(tmp_path / "x"), "--augment", "2", *FAST]) == 2  # fmt: skip
     assert "--augment are for a task" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_torchrun_distils_and_agents_with_other_settings_stop(data, tmp_path):
+    """Two processes (DDP, gloo) distil as one; two agents of one job started with another --temperature stop
+    at start, one line each, nothing written (issue 44, 11, for distill as for finetune and pretrain)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    sst, teacher = _sst2_slice(data, tmp_path), make_teacher(tmp_path / "t", "classification", ["0", "1"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = ["distill", "--task", "sst2", "--data", str(sst), "--teacher", str(teacher), *STUDENT, "--quiet",
+            "--max-steps", "2", "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32"]  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                          "-m", "albertlm", *args, "--out", str(tmp_path / "ddp")], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "ddp" / "model.safetensors").is_file() and "distilled" in run.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node",
+                                "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+                                "distill-job", "--max-restarts", "0", "-m", "albertlm", *args, "--out",
+                                str(tmp_path / "two"), "--temperature", t], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+              for t in ("4", "2")]
+    outputs = [a.communicate(timeout=300)[0] for a in agents]
+    for out in outputs:
+        lines = [x for x in out.splitlines() if "albertlm distill: error:" in x]
+        assert lines and "started with other settings" in lines[0] and "temperature" in lines[0], out[-3000:]
+    assert all(a.returncode != 0 for a in agents) and not (tmp_path / "two").exists()
