@@ -131,15 +131,16 @@ def _for_export(model: nn.Module) -> nn.Module:
     """A copy whose attention blocks hold their stacked q/k/v weights as constants: the model stacks them per
     forward (``fused_qkv``), and a weight computed at run time is a matmul XNNPACK does not take (ExecuTorch's
     portable kernels would run it, several times slower). A shared block is one module, so its stack is
-    stored once."""
+    stored once. They are parameters, not buffers: PT2E's XNNPACK quantizer quantizes a linear's weight only
+    when it is a parameter, and as buffers they stayed fp32 in the int8 program (albert-base: 21.2 MB, 14.1 now)."""
     import types
 
     model = copy.deepcopy(model).eval()
     for module in model.modules():
         if hasattr(module, "fused_qkv") and not hasattr(module, "qkv_weight"):
             w, b = module.fused_qkv()
-            module.register_buffer("qkv_weight", w.detach().clone())
-            module.register_buffer("qkv_bias", b.detach().clone())
+            module.qkv_weight = nn.Parameter(w.detach().clone(), requires_grad=False)
+            module.qkv_bias = nn.Parameter(b.detach().clone(), requires_grad=False)
             module.fused_qkv = types.MethodType(lambda self: (self.qkv_weight, self.qkv_bias), module)
     return model
 
