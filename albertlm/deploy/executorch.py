@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from albertlm.deploy import early_exit
-from albertlm.deploy.export import _ExitEmbed, _ExitLayer
+from albertlm.deploy.exit_graphs import ExitEmbed, ExitLayer, stored_groups
 from albertlm.deploy.inference import _Export, require
 from albertlm.errors import DataError, UserError
 
@@ -67,7 +67,7 @@ class _Forward(nn.Module):
         return tuple(getattr(out, name) for name in self.outputs)
 
 
-class _Layer(_ExitLayer):
+class _Layer(ExitLayer):
     """The ONNX exit graphs' layer step with ``layer`` of shape (1,): its classifier is picked by
     ``index_select``, which torch.export traces with ``layer`` as data (indexing by a tensor's value it cannot)."""
 
@@ -106,7 +106,7 @@ def _dims(arch: str, max_seq: int) -> dict[int, Any]:
 
 def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str, tuple[nn.Module, tuple, Any]]:
     """method name -> (module, example inputs, dynamic shapes)."""
-    from albertlm.deploy.export import _stored_groups, sample_inputs
+    from albertlm.deploy.export import sample_inputs
 
     config = model.config
     choices = 2 if arch == "AlbertForMultipleChoice" else None
@@ -117,8 +117,8 @@ def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str
     }
     if getattr(model, "has_exits", False):
         flat = tuple(a.reshape(-1, a.shape[-1]) for a in args)
-        methods["embed"] = (_ExitEmbed(model), flat, (_dims("flat", S),) * 3)
-        groups = _stored_groups(config)
+        methods["embed"] = (ExitEmbed(model), flat, (_dims("flat", S),) * 3)
+        groups = stored_groups(config)
         hidden = torch.randn(flat[0].shape[0], flat[0].shape[1], config.hidden_size)
         for g in sorted(set(groups)):
             rows = _dims("flat", S)
@@ -208,12 +208,11 @@ def _method_feeds(module: nn.Module, name: str, feeds: list) -> list[tuple]:
             out.append(flat)
             continue
         model = module.model
-        from albertlm.deploy.export import _stored_groups
         from albertlm.model import attention_bias
 
         group = int(name.split("_")[1])
         h = model.exit_start(*flat)[0]
-        for layer, g in enumerate(_stored_groups(model.config)):
+        for layer, g in enumerate(stored_groups(model.config)):
             if g == group:
                 out.append((h, flat[1], torch.tensor([layer])))
             h = model.albert.encoder.run_layer(h, attention_bias(flat[1], h.dtype), layer)
@@ -309,11 +308,10 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
 
 def _exit_entry(model: nn.Module, variants: list[str]) -> dict[str, Any]:
     """deploy.json's "exit" section: which method runs each computed layer, and the model's saved rule."""
-    from albertlm.deploy.export import _stored_groups
     from albertlm.deploy.inference import TASK_KEY
     from albertlm.tasks.kinds import InferenceSettings
 
-    groups = _stored_groups(model.config)
+    groups = stored_groups(model.config)
     order = sorted(set(groups))
     layers = [f"layer_{g}" for g in order]
     saved = {k: v for k, v in (model.config.extra.get(TASK_KEY) or {}).items() if k.startswith("exit_")}
