@@ -126,16 +126,14 @@ class AlbertAttention(nn.Module):
         N, D = self.num_heads, H // self.num_heads
         w, b = qkv if qkv is not None else self.fused_qkv()
         h = self.LayerNorm(x) if self.pre_norm else x  # what q, k and v are computed from
+        q, k, v = (t.transpose(1, 2) for t in F.linear(h, w, b).view(B, -1, 3, N, D).unbind(2))  # (B, N, S, D)
         if first_only:
-            # Keys and values still come from every position; the query, residual and output from one.
-            q = F.linear(h[:, :1], w[:H], b[:H]).view(B, 1, N, D).transpose(1, 2)  # (B, N, 1, D)
-            k, v = (t.transpose(1, 2) for t in F.linear(h, w[H:], b[H:]).view(B, S, 2, N, D).unbind(2))
-            x = x[:, :1]
-        else:
-            q, k, v = (t.transpose(1, 2) for t in F.linear(h, w, b).view(B, S, 3, N, D).unbind(2))  # (B, N, S, D)
+            # Keys and values still come from every position; the query, residual and output from one. The
+            # stacked weight is used whole (its q rows sliced off would be a second copy in an exported program).
+            q, x = q[:, :, :1], x[:, :1]
         p = self.attention_dropout if self.training else 0.0
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, S|1, D)
-        ctx = ctx.transpose(1, 2).reshape(B, x.shape[1], H)
+        ctx = ctx.transpose(1, 2).reshape(B, -1, H)
         out = x + self.output_dropout(self.dense(ctx))
         return out if self.pre_norm else self.LayerNorm(out)
 

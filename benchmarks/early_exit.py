@@ -11,6 +11,7 @@ real lengths, with fixed threads, at batch 1 (each sentence alone) and batch 32:
                        graph under OpenVINO, fp32 and NNCF int8 on the same calibration sentences), fed by HF's
                        tokenizer with padding=True per batch; it cannot exit
   ours-exit-<engine>   albertlm with the exit rule, on every engine above
+  (with --executorch also the .pte, fp32 and dynamic int8, on ExecuTorch's Python runtime)
 
 The dev rows are split once, seeded (``--sweep-select-fraction``, ``--sweep-seed``, as ``albertlm evaluate
 --exit-sweep`` does, with the same code): the exit rule is chosen on the first part, the fewest mean layers of
@@ -58,13 +59,17 @@ def pick_rule(predictor: Predictor, examples: list, max_drop: float) -> tuple[Ex
     return (exit_sweep.rule_of(chosen["settings"]) if chosen else None), rows
 
 
-def ours(model: Path, export: Path, threads: int, rule: ExitRule | None) -> dict[str, Predictor]:
+def ours(model: Path, work: Path, threads: int, rule: ExitRule | None, executorch: bool) -> dict[str, Predictor]:
     settings = {"eval_batch_size": 32, **(rule or ExitRule()).settings()}
     tag = "exit" if rule else "full"
     out = {f"ours-{tag}-torch-fp32": Predictor.load(model, "torch", threads, precision="fp32", overrides=settings)}
-    for engine, precisions in (("onnx", ("fp32", "int8")), ("openvino", (*openvino_precisions(), "int8"))):
+    engines = [("onnx", "ours", ("fp32", "int8")), ("openvino", "ours", (*openvino_precisions(), "int8"))]
+    if executorch:
+        engines.append(("executorch", "pte", ("fp32", "int8")))
+    for engine, folder, precisions in engines:
         for p in precisions:
-            out[f"ours-{tag}-{engine}-{p}"] = Predictor.load(export, engine, threads, precision=p, overrides=settings)
+            out[f"ours-{tag}-{engine}-{p}"] = Predictor.load(work / folder, engine, threads, precision=p,
+                                                             overrides=settings)  # fmt: skip
     return out
 
 
@@ -100,6 +105,8 @@ def main() -> None:
     ap.add_argument("--rule", default=None, help="e.g. patience=2 or confidence=0.9 (default: chosen on dev)")
     ap.add_argument("--work", type=Path, default=None, help="where the exports go (default: beside --model)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--executorch", action="store_true",
+                    help="also the .pte (fp32, dynamic int8) on ExecuTorch's runtime (the edge extra)")  # fmt: skip
     add_flags(ap, exit_sweep.SweepSettings, skip=("rounds",))
     args = ap.parse_args()
     import transformers
@@ -120,6 +127,10 @@ def main() -> None:
     calibration.write_text("\n".join(ex.text_a.replace("\n", " ") for ex in train[:300]) + "\n", encoding="utf-8")
     print(f"exporting {args.model} (fp32, int8, OpenVINO int8 on {calibration})", flush=True)
     export_onnx(args.model, work / "ours", quantize="int8", calibration=calibration)
+    if args.executorch:
+        from albertlm.deploy.executorch import export_executorch
+
+        export_executorch(args.model, work / "pte", quantize="int8")
     reference = Predictor.load(args.model, "torch", args.threads, precision="fp32", overrides={"eval_batch_size": 32})
     layers = reference.config.num_hidden_layers
     if args.rule:
@@ -137,8 +148,8 @@ def main() -> None:
                       calibration_inputs(args.model, args.model, calibration))  # fmt: skip
     hf_tok = transformers.AutoTokenizer.from_pretrained(args.model)
     labels = reference.labels
-    predictors = {**ours(args.model, work / "ours", args.threads, None), **ours(args.model, work / "ours",
-                                                                               args.threads, rule)}  # fmt: skip
+    predictors = {**ours(args.model, work, args.threads, None, args.executorch),
+                  **ours(args.model, work, args.threads, rule, args.executorch)}  # fmt: skip
     short = texts[: args.latency_inputs]
     runs = {}
     for batch in (1, 32):

@@ -20,12 +20,13 @@ weights plus the embeddings, not twelve.
 
 int8 (``--quantize int8``) is torchao's PT2E flow with ExecuTorch's ``XNNPACKQuantizer``: linear weights int8
 per output channel; activations static int8 with ranges measured on ``--calibration`` inputs, or without them
-dynamic int8, whose activation scales XNNPACK picks per call: the engine then runs the program one row at a
-time, cut to the row's length (as a phone answers one input), so an answer never depends on the other rows
-of its batch (batched whole, a row moved by 1e-3); static int8's scales are fixed. The V x E word embedding
-table, a third of albert-base's weights, is stored int8 per row (``quantized_decomposed.embedding_byte``,
-looked up and scaled by ExecuTorch's quantized kernels). Needs the ``edge`` extra (executorch, built against
-this torch; torchao).
+dynamic int8, whose activation scales XNNPACK picks per call: that program takes one row per call (a static
+batch, whose reshapes XNNPACK runs itself) and the engine runs it row by row, cut to the row's length (as a
+phone answers one input), so an answer never depends on the other rows of its batch (batched whole, a row
+moved by 1e-3); static int8's scales are fixed. The V x E word embedding table, a third of albert-base's
+weights, and the position table are stored int8 per row (``quantized_decomposed.embedding_byte``, looked up
+and scaled by ExecuTorch's quantized kernels). Needs the ``edge`` extra (executorch, built against this torch;
+torchao).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from albertlm.deploy import early_exit
@@ -47,6 +49,7 @@ from albertlm.errors import DataError, UserError
 
 PTE_FILES = {"fp32": "model.pte", "int8": "model.int8.pte"}
 MAX_ROWS = 16  # rows per method call (memory is planned for the largest shape); the engine cuts bigger batches
+SDPA = torch.ops.aten.scaled_dot_product_attention.default  # replaced by _attention in every program
 MIN_SEQ = 2  # torch.export specializes a dimension of size 1, so the dynamic sequence starts at 2
 # Heads a phone runs: the MLM heads tie their decoder to the embedding table and SQuAD 2.0's beam search is a
 # host-side decoding; both stay on --format onnx.
@@ -76,55 +79,101 @@ class _Layer(ExitLayer):
 
 
 class Int8Embedding(nn.Module):
-    """A V x E table stored int8 with one fp32 scale per row (symmetric, max |row| -> 127): a quarter of the
-    bytes, the looked-up rows within half a step of the fp32 ones."""
+    """A V x E table stored int8 with one scale per row (symmetric, max |row| -> 127): a quarter of the bytes,
+    the looked-up rows within half a step of the fp32 ones. The scales are fp16 when all of them are normal
+    fp16 numbers (their rounding, 2^-11 relative, is far below the int8 step's), else fp32."""
 
     def __init__(self, table: nn.Embedding):
         super().__init__()
         w = table.weight.detach().float()
         scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # (V,)
-        self.register_buffer("weight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        half = torch.finfo(torch.float16)
+        if half.tiny <= float(scale.min()) and float(scale.max()) <= half.max:
+            scale = scale.half()
+        self.register_buffer("weight", torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8))
         self.register_buffer("scales", scale)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401  (defines the op)
 
-        return torch.ops.quantized_decomposed.embedding_byte.default(self.weight, self.scales, None, -127, 127, ids)
+        return torch.ops.quantized_decomposed.embedding_byte.dtype(self.weight, self.scales, None, -127, 127, ids,
+                                                                   dtype=torch.float32)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- export
-def _dims(arch: str, max_seq: int) -> dict[int, Any]:
+def _dims(arch: str, max_seq: int, one_row: bool) -> dict[int, Any]:
     """The dynamic axes of one (N, S) or (B, C, S) input: rows (and choices) up to ``MAX_ROWS``, sequence up to
-    ``max_seq``."""
+    ``max_seq``; with ``one_row`` the rows axis is static (1)."""
     from torch.export import Dim
 
     rows, seq = Dim("rows", min=1, max=MAX_ROWS), Dim("sequence", min=MIN_SEQ, max=max_seq)
     if arch == "AlbertForMultipleChoice":
-        return {0: rows, 1: Dim("choices", min=2, max=MAX_ROWS), 2: seq}
-    return {0: rows, 1: seq}
+        return {1: Dim("choices", min=2, max=MAX_ROWS), 2: seq} | ({} if one_row else {0: rows})
+    return {1: seq} | ({} if one_row else {0: rows})
 
 
-def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str, tuple[nn.Module, tuple, Any]]:
-    """method name -> (module, example inputs, dynamic shapes)."""
+def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...],
+              one_row: bool = False) -> dict[str, tuple[nn.Module, tuple, Any]]:  # fmt: skip
+    """method name -> (module, example inputs, dynamic shapes). ``one_row``: each method takes one row (one
+    input, or one question's choices) per call, a static batch whose reshapes XNNPACK runs itself."""
     from albertlm.deploy.export import sample_inputs
 
     config = model.config
     choices = 2 if arch == "AlbertForMultipleChoice" else None
     S = config.max_position_embeddings
-    args = sample_inputs(config, 2, 8, choices)
+    args = sample_inputs(config, 1 if one_row else 2, 8, choices)
     methods: dict[str, tuple[nn.Module, tuple, Any]] = {
-        "forward": (_Forward(model, outputs), args, (_dims(arch, S),) * 3)
+        "forward": (_Forward(model, outputs), args, (_dims(arch, S, one_row),) * 3)
     }
     if getattr(model, "has_exits", False):
         flat = tuple(a.reshape(-1, a.shape[-1]) for a in args)
-        methods["embed"] = (ExitEmbed(model), flat, (_dims("flat", S),) * 3)
+        # a question's choices are flattened to rows: their count stays dynamic
+        flat_dims = _dims("flat", S, one_row and choices is None)
+        methods["embed"] = (ExitEmbed(model), flat, (flat_dims,) * 3)
         groups = stored_groups(config)
         hidden = torch.randn(flat[0].shape[0], flat[0].shape[1], config.hidden_size)
         for g in sorted(set(groups)):
-            rows = _dims("flat", S)
             methods[f"layer_{g}"] = (_Layer(model, groups.index(g)), (hidden, flat[1], torch.tensor([0])),
-                                     (rows, rows, None))  # fmt: skip
+                                     (flat_dims, flat_dims, None))  # fmt: skip
     return methods
+
+
+class XnnpackLayerNorm(nn.Module):
+    """LayerNorm over the last axis in ops XNNPACK runs: the means are linears against a constant 1/H row
+    (XNNPACK has no LayerNorm, and ExecuTorch's portable kernel for it, run between the delegated linears,
+    splits the layer into many small delegate calls). Same outputs within fp32 rounding."""
+
+    def __init__(self, norm: nn.LayerNorm):
+        super().__init__()
+        (width,) = norm.normalized_shape
+        self.eps = norm.eps
+        self.weight, self.bias = norm.weight, norm.bias
+        self.register_buffer("mean_row", torch.full((1, width), 1.0 / width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centred = x - F.linear(x, self.mean_row)
+        variance = F.linear(centred * centred, self.mean_row)
+        return centred * torch.rsqrt(variance + self.eps) * self.weight + self.bias
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+               enable_gqa: bool = False) -> torch.Tensor:  # fmt: skip
+    """``scaled_dot_product_attention`` (B, N, S, D) as XNNPACK ops: batched matmuls over B x N, an additive
+    mask, a softmax (torch's own decomposition guards fully masked rows with where / any, which run outside the
+    delegate). With one row per call (B static 1) every reshape here has one free axis, so XNNPACK takes them
+    too."""
+    B, N, _, D = q.shape
+    q, k, v = (t.contiguous().view(B * N, -1, D) for t in (q, k, v))  # a reshape would name S, not -1
+    scores = torch.bmm(q * (scale or D**-0.5), k.transpose(1, 2))  # (B N, Sq, Sk)
+    if attn_mask is not None:
+        bias = (attn_mask.to(q.dtype) - 1) * 1e9 if attn_mask.dtype == torch.bool else attn_mask  # (B, 1, 1|Sq, Sk)
+        if isinstance(B, int) and B == 1:
+            scores = scores + bias[0]
+        else:
+            Sk = scores.shape[-1]
+            scores = (scores.view(B, N, -1, Sk) + bias).view(B * N, -1, Sk)
+    return torch.bmm(torch.softmax(scores, dim=-1), v).view(B, N, -1, D)
 
 
 def _for_export(model: nn.Module) -> nn.Module:
@@ -132,10 +181,16 @@ def _for_export(model: nn.Module) -> nn.Module:
     forward (``fused_qkv``), and a weight computed at run time is a matmul XNNPACK does not take (ExecuTorch's
     portable kernels would run it, several times slower). A shared block is one module, so its stack is
     stored once. They are parameters, not buffers: PT2E's XNNPACK quantizer quantizes a linear's weight only
-    when it is a parameter, and as buffers they stayed fp32 in the int8 program (albert-base: 21.2 MB, 14.1 now)."""
+    when it is a parameter, and as buffers they stayed fp32 in the int8 program (albert-base: 21.2 MB, 14.1 then).
+    Its LayerNorms are ``XnnpackLayerNorm``s, and every program's attention is ``_attention``: with them the
+    delegate runs whole layers, not pieces between ExecuTorch's portable kernels."""
     import types
 
     model = copy.deepcopy(model).eval()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.LayerNorm):
+                setattr(parent, name, XnnpackLayerNorm(child))
     for module in model.modules():
         if hasattr(module, "fused_qkv") and not hasattr(module, "qkv_weight"):
             w, b = module.fused_qkv()
@@ -157,14 +212,18 @@ def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str |
 
     model = _for_export(model)
     if quantize == "int8":
-        model.albert.embeddings.word_embeddings = Int8Embedding(model.albert.embeddings.word_embeddings)
-    methods = _programs(model.eval(), arch, outputs)
+        embeddings = model.albert.embeddings
+        embeddings.word_embeddings = Int8Embedding(embeddings.word_embeddings)
+        embeddings.position_embeddings = Int8Embedding(embeddings.position_embeddings)
+    # dynamic int8 is run one row per call (its activation scales are per call; see ExecuTorchEngine)
+    methods = _programs(model.eval(), arch, outputs, one_row=quantize == "int8" and feeds is None)
     exported = {}
     with torch.no_grad(), _quiet_export():
         for name, (module, args, shapes) in methods.items():
             if quantize == "int8":
                 module = _quantize_pt2e(module, args, shapes, name, feeds)
             exported[name] = export(module, args, dynamic_shapes=shapes, strict=False)
+            exported[name] = exported[name].run_decompositions({SDPA: _attention})
         program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
     return program.buffer
 
@@ -182,7 +241,7 @@ def _quantize_pt2e(module: nn.Module, args: tuple, shapes: Any, name: str,
 
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=feeds is None)
-    )
+    ).set_module_type(XnnpackLayerNorm, None)
     graph = export(module, args, dynamic_shapes=shapes, strict=False).module()
     prepared = prepare_pt2e(graph, quantizer)
     for inputs in _method_feeds(module, name, feeds or [args]):
