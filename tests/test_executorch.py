@@ -191,3 +191,56 @@ def test_onnx_dynamic_int8_answer_is_the_same_alone_and_in_any_batch(model_dir, 
     assert alone == together
     exits = Predictor.load(tmp_path / "onnx", engine="onnx", precision="int8", overrides={"exit_patience": 1})
     assert [exits.classify([t])[0] for t in texts] == exits.classify(texts)
+
+
+def test_export_forms_of_layernorm_and_attention_are_torch_s():
+    """The .pte's LayerNorm (means as linears) and attention (bmm, additive mask, softmax) give torch's outputs:
+    padding masks and block masks, one row (static, as the dynamic-int8 program has) and several, [CLS] only."""
+    import torch.nn.functional as F
+
+    from albertlm.deploy.executorch import XnnpackLayerNorm, _attention
+
+    g = torch.Generator().manual_seed(0)
+    norm = torch.nn.LayerNorm(48, eps=1e-12)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.2, generator=g), norm.bias.normal_(0.0, 0.2, generator=g)
+    x = torch.randn(3, 7, 48, generator=g) * 3 + 1
+    torch.testing.assert_close(XnnpackLayerNorm(norm)(x), norm(x), rtol=1e-5, atol=1e-5)
+    for rows in (1, 3):
+        q, k, v = (torch.randn(rows, 4, 9, 16, generator=g) for _ in range(3))
+        keep = torch.rand(rows, 9, generator=g) > 0.3
+        keep[:, 0] = True
+        block = (torch.rand(rows, 9, 9, generator=g) > 0.5) | torch.eye(9, dtype=torch.bool)
+        for mask in (None, keep[:, None, None, :], block[:, None]):
+            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            torch.testing.assert_close(_attention(q, k, v, attn_mask=mask), ref, rtol=1e-5, atol=1e-5)
+        first = keep[:, None, None, :]
+        torch.testing.assert_close(_attention(q[:, :, :1], k, v, attn_mask=first),
+                                   F.scaled_dot_product_attention(q[:, :, :1], k, v, attn_mask=first))  # fmt: skip
+
+
+def test_xnnpack_runs_whole_layers(model_dir):
+    """No linear, LayerNorm or attention matmul runs outside XNNPACK (LayerNorm and attention were once
+    ExecuTorch's portable kernels between many small delegate calls), and in the one-row int8 program, whose
+    reshapes are static, a computed layer is at most three XNNPACK calls (the batched one's reshapes name the
+    dynamic rows, which XNNPACK does not take: more calls there)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torch.export import export
+
+    from albertlm.deploy import executorch as ex
+    from albertlm.deploy.inference import load_torch_model
+
+    model = ex._for_export(load_torch_model(model_dir))
+    model.albert.embeddings.word_embeddings = ex.Int8Embedding(model.albert.embeddings.word_embeddings)
+    for one_row in (True, False):
+        module, args, shapes = ex._programs(model, "AlbertForSequenceClassification", ("logits",), one_row)["forward"]
+        if one_row:
+            module = ex._quantize_pt2e(module, args, shapes, "forward", None)
+        program = export(module, args, dynamic_shapes=shapes, strict=False).run_decompositions({ex.SDPA: ex._attention})
+        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).exported_program()
+        targets = [str(n.target) for n in lowered.graph.nodes if n.op == "call_function"]
+        calls = sum("executorch_call_delegate" in t for t in targets)
+        if one_row:
+            assert calls <= 3 * L + 2, calls  # + the embeddings' projection and the head
+        assert not [t for t in targets if any(op in t for op in ("addmm", "linear", "native_layer_norm", "bmm"))]
