@@ -122,7 +122,7 @@ class AlbertAttention(nn.Module):
         first_only: bool = False,
     ) -> torch.Tensor:
         """(B, S, H) -> (B, S, H); with ``first_only`` only position 0 ([CLS]) queries: -> (B, 1, H)."""
-        B, S, H = x.shape
+        B, _, H = x.shape  # the sequence axis is -1 below: an exported program keeps its reshapes static
         N, D = self.num_heads, H // self.num_heads
         w, b = qkv if qkv is not None else self.fused_qkv()
         h = self.LayerNorm(x) if self.pre_norm else x  # what q, k and v are computed from
