@@ -4,7 +4,10 @@ For each preset shape (random weights, a two-label classifier, as benchmarks/edg
 int8) on ExecuTorch's runtime, our ONNX (fp32, int8) on onnxruntime and the model in torch fp32, each loaded by a
 new Python process that then answers one input of ``--seq-len`` token ids (batch 1); reported: that process's
 peak resident memory (``VmHWM`` in /proc/self/status; ``ru_maxrss`` would keep the parent's peak across exec)
-and, for scale, the same of a process that only imports numpy and albertlm.
+and, for scale, the same of a process that only imports numpy and albertlm, and of one that also imports
+ExecuTorch's Python runtime (whose module imports ExecuTorch's compiler, exir, and torch's: a cost of Python
+here, not of a phone's C++ runtime). With each .pte, the activation memory it plans (deploy.json's
+``planned_memory_bytes``, allocated when a method loads).
 
     python benchmarks/edge_memory.py --json docs/results/edge/edge_memory.json   # the three presets
 """
@@ -26,7 +29,10 @@ import albertlm
 from albertlm import AlbertConfig
 
 ENGINES = (("pte", "executorch", "fp32"), ("pte", "executorch", "int8"), ("onnx", "onnx", "fp32"),
-           ("onnx", "onnx", "int8"), ("model", "torch", "fp32"), (None, "imports", None))  # fmt: skip
+           ("onnx", "onnx", "int8"), ("model", "torch", "fp32"), (None, "imports", None),
+           (None, "imports-executorch", None))  # fmt: skip
+NO_ENGINE = {"imports": "python, numpy and albertlm imported, no engine",
+             "imports-executorch": "the same and executorch.runtime imported, no program"}
 CHILD = """
 import sys
 import numpy as np
@@ -42,6 +48,9 @@ elif engine == "onnx":
 elif engine == "torch":
     from albertlm.deploy.inference import TorchEngine
     TorchEngine.load(folder, 1, precision=precision)(feed)
+elif engine == "imports-executorch":
+    import albertlm
+    from executorch.runtime import Runtime
 else:
     import albertlm
 hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]
@@ -56,16 +65,17 @@ def one_preset(preset: str, work: Path, seq: int) -> dict:
     torch.manual_seed(0)
     config = AlbertConfig.from_preset(preset, id2label={0: "negative", 1: "positive"})
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
-    export_executorch(work / "model", work / "pte", quantize="int8")
+    planned = export_executorch(work / "model", work / "pte", quantize="int8")["planned_memory_bytes"]
     export_onnx(work / "model", work / "onnx", quantize="int8")
     peaks = {}
     for folder, engine, precision in ENGINES:
-        name = f"{engine}-{precision}" if precision else "python, numpy and albertlm imported, no engine"
+        name = f"{engine}-{precision}" if precision else NO_ENGINE[engine]
         out = subprocess.run([sys.executable, "-c", CHILD, str(work / (folder or "model")), str(engine),
                               str(precision), str(seq)], capture_output=True, text=True, check=True)  # fmt: skip
         peaks[name] = round(float(out.stdout.strip().splitlines()[-1]), 1)
         print(f"{preset}: {name} peak {peaks[name]} MB", flush=True)
-    return {"preset": preset, "peak_rss_mb": peaks}
+    return {"preset": preset, "peak_rss_mb": peaks,
+            "pte_planned_memory_mb": {k: round(v / 2**20, 1) for k, v in planned.items()}}
 
 
 def main() -> None:

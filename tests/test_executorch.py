@@ -73,6 +73,10 @@ def test_pte_holds_the_methods_and_the_shared_layer_once(exported):
     # forward runs the layer L times and layer_0 once more: stored once, the program is about the model's size
     assert manifest["sizes_bytes"]["fp32"] < weights.stat().st_size + layer
     assert manifest["sizes_bytes"]["int8"] < 0.5 * manifest["sizes_bytes"]["fp32"]
+    # one row per call: the memory planned for activations is a few of one row's largest tensors at the longest
+    # sequence (the FFN's S x I floats), not a batch's (16 rows planned 1 GB for albert-tiny)
+    one_row = TINY["max_position_embeddings"] * TINY["intermediate_size"] * 4
+    assert 0 < manifest["planned_memory_bytes"]["fp32"] <= 8 * one_row, manifest["planned_memory_bytes"]
 
 
 def test_engine_executorch_gives_torch_labels_and_exit_layers(exported):
@@ -118,6 +122,22 @@ def test_engine_refuses_the_other_format_in_one_line(exported, tmp_path, capsys)
     code = main(["predict", "--model", str(pte), "--engine", "onnx"])
     assert code == 2
     assert "--format executorch: use --engine executorch" in capsys.readouterr().err
+
+
+def test_engine_reads_rows_per_call_from_deploy_json_as_untrusted(exported, tmp_path):
+    import shutil
+
+    from albertlm.deploy.executorch import ExecuTorchEngine
+    from albertlm.errors import DataError
+
+    pte = tmp_path / "pte"
+    shutil.copytree(exported[1], pte)
+    manifest = json.loads((pte / "deploy.json").read_text())
+    assert manifest["pte"]["max_rows"] == 1 and ExecuTorchEngine(pte, precision="fp32").rows == 1
+    manifest["pte"]["max_rows"] = "16"
+    (pte / "deploy.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"deploy.json: pte.max_rows must be a positive integer"):
+        ExecuTorchEngine(pte, precision="fp32")
 
 
 def test_predict_cli_on_the_pte(exported, tmp_path, capsys):
@@ -221,9 +241,9 @@ def test_export_forms_of_layernorm_and_attention_are_torch_s():
 
 def test_xnnpack_runs_whole_layers(model_dir):
     """No linear, LayerNorm or attention matmul runs outside XNNPACK (LayerNorm and attention were once
-    ExecuTorch's portable kernels between many small delegate calls), and in the one-row int8 program, whose
-    reshapes are static, a computed layer is at most three XNNPACK calls (the batched one's reshapes name the
-    dynamic rows, which XNNPACK does not take: more calls there)."""
+    ExecuTorch's portable kernels between many small delegate calls), and with one row per call, every reshape
+    static but the sequence's, a computed layer is at most three XNNPACK calls, in fp32 and in int8 (a batch axis
+    named in the reshapes, which XNNPACK does not take, cut layers into more)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from torch.export import export
@@ -233,14 +253,13 @@ def test_xnnpack_runs_whole_layers(model_dir):
 
     model = ex._for_export(load_torch_model(model_dir))
     model.albert.embeddings.word_embeddings = ex.Int8Embedding(model.albert.embeddings.word_embeddings)
-    for one_row in (True, False):
-        module, args, shapes = ex._programs(model, "AlbertForSequenceClassification", ("logits",), one_row)["forward"]
-        if one_row:
+    for int8 in (False, True):
+        module, args, shapes = ex._programs(model, "AlbertForSequenceClassification", ("logits",))["forward"]
+        if int8:
             module = ex._quantize_pt2e(module, args, shapes, "forward", None)
         program = export(module, args, dynamic_shapes=shapes, strict=False).run_decompositions({ex.SDPA: ex._attention})
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).exported_program()
         targets = [str(n.target) for n in lowered.graph.nodes if n.op == "call_function"]
         calls = sum("executorch_call_delegate" in t for t in targets)
-        if one_row:
-            assert calls <= 3 * L + 2, calls  # + the embeddings' projection and the head
+        assert calls <= 3 * L + 2, (int8, calls)  # + the embeddings' projection and the head
         assert not [t for t in targets if any(op in t for op in ("addmm", "linear", "native_layer_norm", "bmm"))]

@@ -74,11 +74,13 @@ def run(args: argparse.Namespace) -> int:
 
         manifest = export_executorch(args.model, args.out, quantize=s.quantize, tokenizer_dir=args.tokenizer,
                                      calibration=args.calibration, gate=gate)  # fmt: skip
-        sizes = manifest["sizes_bytes"]
-        line = f"model.pte {sizes['fp32'] / 1e6:.1f} MB (max |diff| vs torch {manifest['fp32_max_abs_diff']:.1e})"
+        sizes, planned = manifest["sizes_bytes"], manifest["planned_memory_bytes"]
+        line = (f"model.pte {sizes['fp32'] / 1e6:.1f} MB + {planned['fp32'] / 1e6:.1f} MB planned activations (max "
+                f"|diff| vs torch {manifest['fp32_max_abs_diff']:.1e})")  # fmt: skip
         if "int8" in sizes:
-            line += (f", model.int8.pte {sizes['int8'] / 1e6:.1f} MB ({manifest['int8_activations']} activations; "
-                     f"max |diff| vs torch {manifest['int8_max_abs_diff']:.1e})")  # fmt: skip
+            line += (f", model.int8.pte {sizes['int8'] / 1e6:.1f} MB + {planned['int8'] / 1e6:.1f} MB "
+                     f"({manifest['int8_activations']} activations; max |diff| vs torch "
+                     f"{manifest['int8_max_abs_diff']:.1e})")  # fmt: skip
     elif args.format == "web":
         from albertlm.deploy.web import export_web
 

@@ -4,8 +4,12 @@
     Predictor.load("runs/sst2-pte", engine="executorch").classify(["a gripping film"])
 
 The program (``model.pte`` in fp32, ``model.int8.pte`` in int8) is lowered to ExecuTorch's XNNPACK delegate
-(the CPU backend of Android and iOS) and holds one method per entry point, each with a dynamic batch (up to
-``MAX_ROWS``) and sequence length (up to the model's ``max_position_embeddings``):
+(the CPU backend of Android and iOS) and holds one method per entry point, each taking one input per call (one
+row; a multiple-choice question's choices together) of a dynamic sequence length (up to the model's
+``max_position_embeddings``), as a phone answers it. One row because ExecuTorch plans a method's memory for the
+largest input it accepts, allocated when the program loads: with a batch axis of 16 rows the fp32 program of
+albert-tiny took 1 GB; and with a static batch every reshape is XNNPACK's own. The engine runs a batch row by
+row, each cut to its own length:
 
 - ``forward(input_ids, attention_mask, token_type_ids)`` -> the head's outputs at full depth;
 - for a model with exits: ``embed(...)`` -> the first computed layer's input (N, S, H), and one
@@ -20,13 +24,11 @@ weights plus the embeddings, not twelve.
 
 int8 (``--quantize int8``) is torchao's PT2E flow with ExecuTorch's ``XNNPACKQuantizer``: linear weights int8
 per output channel; activations static int8 with ranges measured on ``--calibration`` inputs, or without them
-dynamic int8, whose activation scales XNNPACK picks per call: that program takes one row per call (a static
-batch, whose reshapes XNNPACK runs itself) and the engine runs it row by row, cut to the row's length (as a
-phone answers one input), so an answer never depends on the other rows of its batch (batched whole, a row
-moved by 1e-3); static int8's scales are fixed. The V x E word embedding table, a third of albert-base's
-weights, and the position table are stored int8 per row (``quantized_decomposed.embedding_byte``, looked up
-and scaled by ExecuTorch's quantized kernels). Needs the ``edge`` extra (executorch, built against this torch;
-torchao).
+dynamic int8, whose activation scales XNNPACK picks per call: one row per call, an answer never depends on
+the other rows of its batch (batched whole, a row moved by 1e-3); static int8's scales are fixed. The V x E
+word embedding table, a third of albert-base's weights, and the position table are stored int8 per row
+(``quantized_decomposed.embedding_byte``, looked up and scaled by ExecuTorch's quantized kernels). Needs the
+``edge`` extra (executorch, built against this torch; torchao).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from albertlm.deploy.inference import _Export, require
 from albertlm.errors import DataError, UserError
 
 PTE_FILES = {"fp32": "model.pte", "int8": "model.int8.pte"}
-MAX_ROWS = 16  # rows per method call (memory is planned for the largest shape); the engine cuts bigger batches
+MAX_CHOICES = 16  # a multiple-choice question's options in one call (memory is planned for the largest shape)
 SDPA = torch.ops.aten.scaled_dot_product_attention.default  # replaced by _attention in every program
 MIN_SEQ = 2  # torch.export specializes a dimension of size 1, so the dynamic sequence starts at 2
 # Heads a phone runs: the MLM heads tie their decoder to the embedding table and SQuAD 2.0's beam search is a
@@ -101,34 +103,33 @@ class Int8Embedding(nn.Module):
 
 
 # --------------------------------------------------------------------------- export
-def _dims(arch: str, max_seq: int, one_row: bool) -> dict[int, Any]:
-    """The dynamic axes of one (N, S) or (B, C, S) input: rows (and choices) up to ``MAX_ROWS``, sequence up to
-    ``max_seq``; with ``one_row`` the rows axis is static (1)."""
+def _dims(arch: str, max_seq: int, choices: bool = False) -> dict[int, Any]:
+    """The dynamic axes of one row's (1, S) or one question's (1, C, S) input: the sequence up to ``max_seq``;
+    ``choices``: also the first axis of a question's flattened (C, S) choices, up to ``MAX_CHOICES``."""
     from torch.export import Dim
 
-    rows, seq = Dim("rows", min=1, max=MAX_ROWS), Dim("sequence", min=MIN_SEQ, max=max_seq)
+    seq = Dim("sequence", min=MIN_SEQ, max=max_seq)
     if arch == "AlbertForMultipleChoice":
-        return {1: Dim("choices", min=2, max=MAX_ROWS), 2: seq} | ({} if one_row else {0: rows})
-    return {1: seq} | ({} if one_row else {0: rows})
+        return {1: Dim("choices", min=2, max=MAX_CHOICES), 2: seq}
+    return {1: seq} | ({0: Dim("choices", min=2, max=MAX_CHOICES)} if choices else {})
 
 
-def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...],
-              one_row: bool = False) -> dict[str, tuple[nn.Module, tuple, Any]]:  # fmt: skip
-    """method name -> (module, example inputs, dynamic shapes). ``one_row``: each method takes one row (one
-    input, or one question's choices) per call, a static batch whose reshapes XNNPACK runs itself."""
+def _programs(model: nn.Module, arch: str, outputs: tuple[str, ...]) -> dict[str, tuple[nn.Module, tuple, Any]]:
+    """method name -> (module, example inputs, dynamic shapes), each method taking one row (one input, or one
+    question's choices) per call."""
     from albertlm.deploy.export import sample_inputs
 
     config = model.config
     choices = 2 if arch == "AlbertForMultipleChoice" else None
     S = config.max_position_embeddings
-    args = sample_inputs(config, 1 if one_row else 2, 8, choices)
+    args = sample_inputs(config, 1, 8, choices)
     methods: dict[str, tuple[nn.Module, tuple, Any]] = {
-        "forward": (_Forward(model, outputs), args, (_dims(arch, S, one_row),) * 3)
+        "forward": (_Forward(model, outputs), args, (_dims(arch, S),) * 3)
     }
     if getattr(model, "has_exits", False):
         flat = tuple(a.reshape(-1, a.shape[-1]) for a in args)
         # a question's choices are flattened to rows: their count stays dynamic
-        flat_dims = _dims("flat", S, one_row and choices is None)
+        flat_dims = _dims("flat", S, choices=choices is not None)
         methods["embed"] = (ExitEmbed(model), flat, (flat_dims,) * 3)
         groups = stored_groups(config)
         hidden = torch.randn(flat[0].shape[0], flat[0].shape[1], config.hidden_size)
@@ -215,8 +216,7 @@ def lower(model: nn.Module, arch: str, outputs: tuple[str, ...], quantize: str |
         embeddings = model.albert.embeddings
         embeddings.word_embeddings = Int8Embedding(embeddings.word_embeddings)
         embeddings.position_embeddings = Int8Embedding(embeddings.position_embeddings)
-    # dynamic int8 is run one row per call (its activation scales are per call; see ExecuTorchEngine)
-    methods = _programs(model.eval(), arch, outputs, one_row=quantize == "int8" and feeds is None)
+    methods = _programs(model.eval(), arch, outputs)
     exported = {}
     with torch.no_grad(), _quiet_export():
         for name, (module, args, shapes) in methods.items():
@@ -334,7 +334,7 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
     out_dir.mkdir(parents=True, exist_ok=True)
     with _staging(out_dir) as (tmp, final_dir):
         manifest: dict[str, Any] = {"architecture": arch, "inputs": list(head.inputs), "outputs": list(head.outputs),
-                                    "pte": {"backend": "xnnpack", "max_rows": MAX_ROWS,
+                                    "pte": {"backend": "xnnpack", "max_rows": 1,
                                             "max_sequence": model.config.max_position_embeddings},
                                     "files": {}}  # fmt: skip
         variants = ["fp32"] + (["int8"] if quantize == "int8" else [])
@@ -349,6 +349,7 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
         if getattr(model, "has_exits", False):
             manifest["exit"] = _exit_entry(model, variants)
         manifest["sizes_bytes"] = {k: (tmp / f).stat().st_size for k, f in manifest["files"].items()}
+        manifest["planned_memory_bytes"] = {k: planned_memory(tmp / f) for k, f in manifest["files"].items()}
         shutil.copyfile(model_dir / "config.json", tmp / "config.json")
         manifest["tokenizer"] = _copy_tokenizer(tok_src, tmp)
         written = sorted(p.name for p in tmp.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -363,6 +364,16 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
             manifest["int8_gate"] = measure_gate(gate, tmp, manifest, ["executorch"])
         _swap_in(tmp, final_dir, written, manifest)
     return manifest
+
+
+def planned_memory(path: Path) -> int:
+    """The activation memory a program's largest method plans (ExecuTorch allocates it when the method loads,
+    for the largest input the method accepts): what a device needs beside the weights, read from the program."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(path.read_bytes())
+    program = getattr(program, "program", program)  # 1.x wraps the flatbuffer's Program
+    return max(sum(plan.non_const_buffer_sizes) for plan in program.execution_plan)
 
 
 def _exit_entry(model: nn.Module, variants: list[str]) -> dict[str, Any]:
@@ -417,32 +428,34 @@ def _native_stderr_silenced():
 
 
 class _Method:
-    """One method of a loaded program as a session: ``{input name: array} -> {output name: array}``, cut into
-    calls of at most ``MAX_ROWS`` rows, or with ``per_row`` one call per row cut to its own length
-    (``PerRow``: the dynamic int8 program, whose activation scales XNNPACK picks per call, answers a row as it
-    does alone); ``sequence`` names the outputs with a position axis."""
+    """One method of a loaded program as a session: ``{input name: array} -> {output name: array}``, one call
+    per row cut to its own length (``PerRow``), or with ``rows`` > 1 (an export made before one-row programs,
+    whose deploy.json says so) calls of at most ``rows`` rows; ``sequence`` names the outputs with a
+    position axis."""
 
     def __init__(self, program: Any, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path,
-                 per_row: bool = False, sequence: frozenset[str] = frozenset()):  # fmt: skip
+                 rows: int = 1, sequence: frozenset[str] = frozenset()):  # fmt: skip
         with _native_stderr_silenced():
             self.method = program.load_method(name)
         if self.method is None:
             raise DataError(f"{path} has no method {name!r}; export it again: albertlm export --format executorch")
         self.name, self.inputs, self.outputs, self.path = name, inputs, outputs, path
-        self.per_row, self.sequence = per_row, sequence
+        self.rows, self.sequence = rows, sequence
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         from albertlm.deploy.inference import PerRow, graph_feeds
 
         feeds = graph_feeds(batch, list(self.inputs))
-        return PerRow(self._execute, self.sequence, min_length=MIN_SEQ)(feeds) if self.per_row else self._execute(feeds)
+        if self.rows == 1:
+            return PerRow(self._execute, self.sequence, min_length=MIN_SEQ)(feeds)
+        return self._execute(feeds)
 
     def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = len(feeds[self.inputs[0]])
         parts = []
-        for start in range(0, rows, MAX_ROWS):
+        for start in range(0, rows, self.rows):
             args = [torch.from_numpy(np.ascontiguousarray(feeds[k].reshape(1) if k == "layer"  # not per row
-                                                          else feeds[k][start : start + MAX_ROWS]))
+                                                          else feeds[k][start : start + self.rows]))
                     for k in self.inputs]  # fmt: skip
             try:
                 parts.append([t.numpy().copy() for t in self.method.execute(args)])
@@ -455,12 +468,12 @@ class _Method:
 class _ExitMethods(early_exit.ExitGraphs):
     """The exit loop's state and steps (``ExitGraphs``) over the program's ``embed`` and ``layer_<g>``."""
 
-    def __init__(self, program: Any, entry: dict[str, Any], path: Path, per_row: bool):
+    def __init__(self, program: Any, entry: dict[str, Any], path: Path, rows: int):
         methods = entry["methods"]
         self.embed = _Method(program, methods["embed"], ("input_ids", "attention_mask", "token_type_ids"),
-                             ("hidden",), path, per_row, frozenset({"hidden"}))  # fmt: skip
+                             ("hidden",), path, rows, frozenset({"hidden"}))  # fmt: skip
         self.layers = [_Method(program, name, ("hidden", "attention_mask", "layer"), ("hidden_out", "logits"), path,
-                               per_row, frozenset({"hidden_out"})) for name in methods["layers"]]  # fmt: skip
+                               rows, frozenset({"hidden_out"})) for name in methods["layers"]]  # fmt: skip
         self.group_of_layer = list(entry["group_of_layer"])
 
 
@@ -492,13 +505,23 @@ class ExecuTorchEngine(_Export):
             except (RuntimeError, ValueError) as e:
                 raise DataError(f"{self.path}: ExecuTorch cannot load this program ({str(e)[:160]}); export it "
                                 "again") from None  # fmt: skip
-        # dynamic int8 runs row by row (see _Method): an answer is the same alone and in any batch
-        self.per_row = self.precision == "int8" and self.manifest.get("int8_activations") == "dynamic"
+        self.rows = self._rows_per_call()
         sequence = {"last_hidden_state", "start_logits", "end_logits"}
         if self.architecture == "AlbertForTokenClassification":
             sequence.add("logits")
-        self.forward = _Method(self.program, "forward", self.head.inputs, self.head.outputs, self.path, self.per_row,
+        self.forward = _Method(self.program, "forward", self.head.inputs, self.head.outputs, self.path, self.rows,
                                frozenset(sequence))  # fmt: skip
+
+    def _rows_per_call(self) -> int:
+        """Rows a method takes per call, from deploy.json (1 since one-row programs; a dynamic int8 program is
+        run row by row whatever it says: its activation scales are per call, and an answer must not depend on
+        the other rows of its batch)."""
+        pte = self.manifest.get("pte")
+        rows = pte.get("max_rows", 1) if isinstance(pte, dict) else pte
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            raise DataError(f"{self.directory / 'deploy.json'}: pte.max_rows must be a positive integer, not "
+                            f"{rows!r}; export the model again: albertlm export --format executorch")  # fmt: skip
+        return 1 if self.precision == "int8" and self.manifest.get("int8_activations") == "dynamic" else rows
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return self.forward(batch)
@@ -506,8 +529,8 @@ class ExecuTorchEngine(_Export):
     @property
     def exit_graphs(self) -> early_exit.ExitGraphs:
         if self._exit_graphs is None:
-            self._exit_graphs = _ExitMethods(self.program, self.manifest["exit"], self.path, self.per_row)
+            self._exit_graphs = _ExitMethods(self.program, self.manifest["exit"], self.path, self.rows)
         return self._exit_graphs
 
 
-__all__ = ["HEADS", "MAX_ROWS", "PTE_FILES", "ExecuTorchEngine", "Int8Embedding", "lower"]
+__all__ = ["HEADS", "MAX_CHOICES", "PTE_FILES", "ExecuTorchEngine", "Int8Embedding", "lower", "planned_memory"]
