@@ -101,6 +101,22 @@ def test_engine_executorch_gives_torch_labels_and_exit_layers(exported):
         assert changed < len(texts) // 2
 
 
+def test_full_depth_is_the_layer_loop_and_leaves_forward_unloaded(exported):
+    """With exits, full depth runs embed + layer_0 L times (the stored layer packed once in memory) and gives
+    the program's own ``forward``'s logits; ``forward`` (the layer packed L times when loaded) stays unloaded."""
+    from albertlm.deploy.executorch import ExecuTorchEngine, _Method
+    from albertlm.deploy.export import sample_inputs
+
+    _, pte = exported
+    engine = ExecuTorchEngine(pte, precision="fp32")
+    batch = {k: v.numpy() for k, v in zip(engine.head.inputs, sample_inputs(engine.config, 3, 11, seed=2),
+                                          strict=True)}  # fmt: skip
+    loop = engine(batch)["logits"]
+    assert engine._forward is None and loop.shape == (3, 2)
+    forward = _Method(engine.program, "forward", engine.head.inputs, engine.head.outputs, engine.path)
+    np.testing.assert_allclose(loop, forward(batch)["logits"], rtol=1e-4, atol=1e-4)
+
+
 def test_int8_answer_is_the_same_alone_and_in_any_batch(exported):
     """The dynamic int8 program runs row by row, each cut to its length: the other rows of a batch (and its
     padding) cannot move an answer, as they would by ~1e-3 if the batch ran whole."""
