@@ -10,6 +10,11 @@ here, not of a phone's C++ runtime). With each .pte, the activation memory it pl
 ``planned_memory_bytes``, allocated when a method loads).
 
     python benchmarks/edge_memory.py --json docs/results/edge/edge_memory.json   # the three presets
+    python benchmarks/edge_memory.py --exits --json docs/results/edge/edge_memory_exits.json
+
+``--exits`` gives the classifiers per-layer exits: the .pte engine then runs full depth as the device's loop
+(``embed``, then ``layer_0`` per computed layer), never loading ``forward``, whose computed layers each hold
+XNNPACK's own packed copy of the shared layer.
 """
 
 from __future__ import annotations
@@ -58,12 +63,13 @@ print(int(hwm.split()[1]) / 1024)
 """
 
 
-def one_preset(preset: str, work: Path, seq: int) -> dict:
+def one_preset(preset: str, work: Path, seq: int, exits: bool) -> dict:
     from albertlm.deploy.executorch import export_executorch
     from albertlm.deploy.export import export_onnx
 
     torch.manual_seed(0)
-    config = AlbertConfig.from_preset(preset, id2label={0: "negative", 1: "positive"})
+    config = AlbertConfig.from_preset(preset, id2label={0: "negative", 1: "positive"},
+                                      exit_heads="per-layer" if exits else "none")
     albertlm.AlbertForSequenceClassification(config).save_pretrained(work / "model")
     planned = export_executorch(work / "model", work / "pte", quantize="int8")["planned_memory_bytes"]
     export_onnx(work / "model", work / "onnx", quantize="int8")
@@ -82,14 +88,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", nargs="+", default=["albert-base-v2", "albert-tiny", "albert-zh-tiny"])
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--exits", action="store_true", help="classifiers with per-layer exits")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     results = {"what": "peak resident memory of one process per engine: load, then answer one input",
-               "machine": machine(), "date": time.strftime("%Y-%m-%d"), "seq_len": args.seq_len,
+               "machine": machine(), "date": time.strftime("%Y-%m-%d"), "seq_len": args.seq_len, "exits": args.exits,
                "torch": torch.__version__, "presets": []}  # fmt: skip
     for preset in args.presets:
         with tempfile.TemporaryDirectory(prefix="albertlm-edge-memory-") as work:
-            results["presets"].append(one_preset(preset, Path(work), args.seq_len))
+            results["presets"].append(one_preset(preset, Path(work), args.seq_len, args.exits))
     print(json.dumps(results["presets"], indent=1))
     write_result(results, args.json, "docs/results/edge/README.md reads it")
 
