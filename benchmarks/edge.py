@@ -9,6 +9,9 @@ our ONNX fp32 / int8 through onnxruntime, albertlm in torch fp32, timed in alter
 process's peak resident memory after each engine's build.
 
     nice -n 10 python benchmarks/edge.py --presets albert-tiny albert-base-v2 --json docs/results/edge/edge_cpu.json
+
+``--no-amx`` keeps the process off Intel AMX (``timing.deny_amx``): onnxruntime's int8 GEMMs use AMX's
+matrix tiles where a Xeon has them, which no phone has; the run then compares the engines on AVX-512 VNNI.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from inference import alternate, build_peer, feed_of, file_mb
-from timing import machine
+from timing import deny_amx, machine
 
 import albertlm
 from albertlm import AlbertConfig
@@ -100,11 +103,14 @@ def main() -> None:
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--no-amx", action="store_true", help="keep the process off Intel AMX (as a phone is)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     import os
 
-    results = {"machine": machine(), "load_average_at_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d"),
+    amx_denied = deny_amx() if args.no_amx else False
+    results = {"machine": machine(), "amx_denied": amx_denied, "load_average_at_start": os.getloadavg(),
+               "date": time.strftime("%Y-%m-%d"),
                "torch": torch.__version__, "presets": []}  # fmt: skip
     for preset in args.presets:
         with tempfile.TemporaryDirectory(prefix="albertlm-edge-") as work:

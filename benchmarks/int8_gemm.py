@@ -7,6 +7,10 @@ torch.onnx.export + onnxruntime's quantize_dynamic (per channel) through onnxrun
 timed in alternation (medians of ``--rounds`` calls after a warm-up).
 
     python benchmarks/int8_gemm.py --threads 1 --json docs/results/edge/int8_gemm.json
+    python benchmarks/int8_gemm.py --threads 1 --no-amx --json docs/results/edge/int8_gemm_no_amx.json
+
+``--no-amx`` keeps the process off Intel AMX (``timing.deny_amx``), as on a CPU with AVX-512 VNNI and no
+matrix unit: onnxruntime's int8 GEMMs use AMX where the CPU has it; phones have no AMX.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from timing import machine, write_result
+from timing import deny_amx, machine, write_result
 
 SHAPES = ((768, 2304), (768, 768), (768, 3072), (3072, 768))
 
@@ -74,8 +78,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--no-amx", action="store_true", help="keep the process off Intel AMX (as a phone is)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    amx_denied = deny_amx() if args.no_amx else False
     from executorch.extension.pybindings import portable_lib
 
     portable_lib._unsafe_reset_threadpool(args.threads)
@@ -97,7 +103,8 @@ def main() -> None:
     import onnxruntime
 
     out = {"what": "one dynamic-int8 linear, XNNPACK (.pte) vs onnxruntime, batch 1", "machine": machine(),
-           "threads": args.threads, "seq_len": args.seq_len, "rounds": args.rounds, "linears": rows,
+           "threads": args.threads, "amx_denied": amx_denied, "seq_len": args.seq_len, "rounds": args.rounds,
+           "linears": rows,
            "versions": {"torch": torch.__version__, "executorch": version("executorch"),
                         "onnxruntime": onnxruntime.__version__}}  # fmt: skip
     write_result(out, args.json, "docs/results/edge/README.md reads it")

@@ -26,6 +26,42 @@ def machine() -> str:
     return platform.processor() or platform.machine()
 
 
+def deny_amx() -> bool:
+    """Keep this process off Intel AMX, the matrix unit of recent Xeons that no phone has: Linux lends AMX's
+    registers only to a process that asks (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and onnxruntime's int8 GEMMs
+    ask before choosing their AMX kernels. A seccomp filter makes that request fail, so every library in the
+    process falls back to its AVX-512 VNNI kernels. Call before the first engine runs; cannot be undone.
+    Returns whether the machine had AMX to deny (x86-64 Linux only)."""
+    import ctypes
+    import os
+    import struct
+
+    if platform.machine() != "x86_64" or "amx_int8" not in Path("/proc/cpuinfo").read_text():
+        return False
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    arch_x86_64, nr_arch_prctl, req_xcomp_perm = 0xC000003E, 158, 0x1023
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = b"".join(struct.pack("HBBI", *i) for i in (
+        (ld, 0, 0, 4), (jeq, 0, 5, arch_x86_64),     # seccomp_data.arch: not x86-64 -> allow
+        (ld, 0, 0, 0), (jeq, 0, 3, nr_arch_prctl),   # .nr: not arch_prctl -> allow
+        (ld, 0, 0, 16), (jeq, 0, 1, req_xcomp_perm),  # .args[0]: not the AMX request -> allow
+        (ret, 0, 0, eperm), (ret, 0, 0, allow)))  # fmt: skip
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) or libc.prctl(
+            pr_set_seccomp, seccomp_mode_filter, ctypes.byref(SockFprog(len(program) // 8, ctypes.addressof(code))),
+            0, 0):  # fmt: skip
+        raise OSError(ctypes.get_errno(), f"seccomp filter refused: {os.strerror(ctypes.get_errno())}")
+    if libc.syscall(nr_arch_prctl, req_xcomp_perm, 18) != -1:  # 18: XFEATURE_XTILEDATA
+        raise RuntimeError("AMX was granted after the filter: AMX stays on")
+    return True
+
+
 def peak_memory(fn: Callable[[], object], device: str) -> float | None:
     """GiB of CUDA memory allocated at the peak of one call of ``fn`` (everything resident counts); None off CUDA."""
     if device != "cuda":
