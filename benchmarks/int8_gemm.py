@@ -1,4 +1,4 @@
-"""Where the albert-base int8 .pte loses to onnxruntime: one dynamic-int8 linear alone, XNNPACK against MLAS.
+"""Where the albert-base .pte loses to onnxruntime: one dynamic-int8 (or fp32) linear alone, XNNPACK against MLAS.
 
 The linears of albert-base's layer at seq 128, batch 1 (128 x 768 -> 2304, 768 -> 768, 768 -> 3072, 3072 -> 768),
 each as its own program: the .pte (PT2E, XNNPACKQuantizer, per-channel weights, dynamic activations, as
@@ -8,9 +8,11 @@ timed in alternation (medians of ``--rounds`` calls after a warm-up).
 
     python benchmarks/int8_gemm.py --threads 1 --json docs/results/edge/int8_gemm.json
     python benchmarks/int8_gemm.py --threads 1 --no-amx --json docs/results/edge/int8_gemm_no_amx.json
+    python benchmarks/int8_gemm.py --threads 1 --fp32 --json docs/results/edge/fp32_gemm.json
 
 ``--no-amx`` keeps the process off Intel AMX (``timing.deny_amx``), as on a CPU with AVX-512 VNNI and no
-matrix unit: onnxruntime's int8 GEMMs use AMX where the CPU has it; phones have no AMX.
+matrix unit: onnxruntime's int8 GEMMs use AMX where the CPU has it; phones have no AMX. ``--fp32``: the
+same linears unquantized, XNNPACK's fp32 GEMM against onnxruntime's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from timing import deny_amx, machine, write_result
 SHAPES = ((768, 2304), (768, 768), (768, 3072), (3072, 768))
 
 
-def pte_linear(linear: torch.nn.Linear, x: torch.Tensor, path: Path):
+def pte_linear(linear: torch.nn.Linear, x: torch.Tensor, path: Path, int8: bool = True):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -38,24 +40,28 @@ def pte_linear(linear: torch.nn.Linear, x: torch.Tensor, path: Path):
     from torch.export import export
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
-    prepared = prepare_pt2e(export(linear, (x,), strict=False).module(), quantizer)
-    prepared(x)
-    program = export(convert_pt2e(prepared), (x,), strict=False)
+    program = export(linear, (x,), strict=False)
+    if int8:
+        config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+        prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
+        prepared(x)
+        program = export(convert_pt2e(prepared), (x,), strict=False)
     path.write_bytes(to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
     method = Runtime.get().load_program(path).load_method("forward")
     return lambda: method.execute([x])
 
 
-def ort_linear(linear: torch.nn.Linear, x: torch.Tensor, path: Path, threads: int):
+def ort_linear(linear: torch.nn.Linear, x: torch.Tensor, path: Path, threads: int, int8: bool = True):
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     torch.onnx.export(linear, (x,), path, input_names=["x"], dynamo=False)
-    quantize_dynamic(str(path), str(path.with_suffix(".int8.onnx")), weight_type=QuantType.QInt8, per_channel=True)
+    if int8:
+        quantize_dynamic(str(path), str(path.with_suffix(".int8.onnx")), weight_type=QuantType.QInt8, per_channel=True)
+        path = path.with_suffix(".int8.onnx")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(path.with_suffix(".int8.onnx")), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feed = {"x": x.numpy()}
     return lambda: session.run(None, feed)
 
@@ -78,6 +84,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--fp32", action="store_true", help="the linears unquantized")
     ap.add_argument("--no-amx", action="store_true", help="keep the process off Intel AMX (as a phone is)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -87,22 +94,24 @@ def main() -> None:
     portable_lib._unsafe_reset_threadpool(args.threads)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    int8, precision = not args.fp32, "fp32" if args.fp32 else "int8"
     rows = []
     with tempfile.TemporaryDirectory(prefix="albertlm-gemm-") as work, torch.no_grad():
         for k, n in SHAPES:
             linear, x = torch.nn.Linear(k, n).eval(), torch.randn(1, args.seq_len, k)
-            ms = median_ms({"xnnpack_pte_int8": pte_linear(linear, x, Path(work) / f"{k}x{n}.pte"),
-                            "onnxruntime_int8": ort_linear(linear, x, Path(work) / f"{k}x{n}.onnx", args.threads)},
-                           args.rounds)  # fmt: skip
-            ratio = round(ms["xnnpack_pte_int8"] / ms["onnxruntime_int8"], 2)
-            rows.append({"in": k, "out": n, "p50_ms": ms, "ratio": ratio})
-            print(f"{args.seq_len} x {k} -> {n}: .pte {ms['xnnpack_pte_int8']} ms, onnxruntime "
-                  f"{ms['onnxruntime_int8']} ms ({ratio}x)", flush=True)  # fmt: skip
+            ms = median_ms({f"xnnpack_pte_{precision}": pte_linear(linear, x, Path(work) / f"{k}x{n}.pte", int8),
+                            f"onnxruntime_{precision}": ort_linear(linear, x, Path(work) / f"{k}x{n}.onnx",
+                                                                   args.threads, int8)}, args.rounds)  # fmt: skip
+            ours, theirs = ms[f"xnnpack_pte_{precision}"], ms[f"onnxruntime_{precision}"]
+            rows.append({"in": k, "out": n, "p50_ms": ms, "ratio": round(ours / theirs, 2)})
+            print(f"{args.seq_len} x {k} -> {n}: .pte {ours} ms, onnxruntime {theirs} ms ({ours / theirs:.2f}x)",
+                  flush=True)  # fmt: skip
     from importlib.metadata import version
 
     import onnxruntime
 
-    out = {"what": "one dynamic-int8 linear, XNNPACK (.pte) vs onnxruntime, batch 1", "machine": machine(),
+    kind = "fp32" if args.fp32 else "dynamic-int8"
+    out = {"what": f"one {kind} linear, XNNPACK (.pte) vs onnxruntime, batch 1", "machine": machine(),
            "threads": args.threads, "amx_denied": amx_denied, "seq_len": args.seq_len, "rounds": args.rounds,
            "linears": rows,
            "versions": {"torch": torch.__version__, "executorch": version("executorch"),
