@@ -17,6 +17,9 @@ show it; a step whose output folder is complete is skipped (the script resumes).
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/distill.py --data ../shared/data/glue_sst2 \\
         --work runs/bench/distill --limit-train 20000 --json docs/results/distill/sst2.json
+
+``--measure NAME=DIR ...`` skips the training and measures the model folders given (the first one named
+``teacher``: the others' share of its score), e.g. students made by other ``albertlm distill`` commands.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def latency(models: dict[str, Path], texts: list[str], threads: int, rounds: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="the GLUE SST-2 folder")
-    ap.add_argument("--work", type=Path, required=True, help="where the runs go")
+    ap.add_argument("--work", type=Path, default=None, help="where the runs go (required unless --measure)")
     ap.add_argument("--limit-train", type=int, default=20000, help="the first N training sentences (0: all)")
     ap.add_argument("--teacher-epochs", type=float, default=1.0)
     ap.add_argument("--teacher-lr", type=float, default=5e-5)
@@ -85,9 +88,24 @@ def main() -> None:
     ap.add_argument("--max-seq-length", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2, help="threads of the latency runs")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--measure", nargs="+", metavar="NAME=DIR", default=None,
+                    help="measure these folders, training nothing (one of them named teacher)")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
+    if args.measure:
+        models = {n: Path(d) for n, _, d in (m.partition("=") for m in args.measure)}
+        if "teacher" not in models:
+            ap.error("--measure: name one folder teacher=DIR")
+        report(models, args, [], None)
+        return
+    if args.work is None:
+        ap.error("--work is required (unless --measure)")
+    models, log, train_s = train(args)
+    report(models, args, log, train_s)
 
+
+def train(args: argparse.Namespace) -> tuple[dict[str, Path], list[str], float]:
+    """The teacher fine-tuned, the student distilled and trained alone (each skipped when done)."""
     work, log = args.work, []
     common = ["--task", "sst2", "--data", args.data, "--max-seq-length", str(args.max_seq_length), "--quiet",
               "--save-every", "200"]  # fmt: skip
@@ -105,7 +123,11 @@ def main() -> None:
          str(teacher), "--out", str(scratch)] + (["--resume"] if (scratch / "checkpoints").is_dir() else []),
         scratch / "metrics.json", log)  # fmt: skip
     train_s = time.time() - t0
-    models = {"teacher": teacher, "distilled": distilled, "scratch": scratch}
+    return {"teacher": teacher, "distilled": distilled, "scratch": scratch}, log, train_s
+
+
+def report(models: dict[str, Path], args: argparse.Namespace, log: list[str], train_s: float | None) -> None:
+    """Each model's score, size and latency into ``--json`` and one line each."""
     rows = {}
     for name, folder in models.items():
         m = json.loads((folder / "metrics.json").read_text())
