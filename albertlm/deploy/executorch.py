@@ -7,9 +7,9 @@ The program (``model.pte`` in fp32, ``model.int8.pte`` in int8) is lowered to Ex
 (the CPU backend of Android and iOS) and holds one method per entry point, each taking one input per call (one
 row; a multiple-choice question's choices together) of a dynamic sequence length (up to the model's
 ``max_position_embeddings``), as a phone answers it. One row because ExecuTorch plans a method's memory for the
-largest input it accepts, allocated when the program loads: with a batch axis of 16 rows the fp32 program of
-albert-tiny took 1 GB; and with a static batch every reshape is XNNPACK's own. The engine runs a batch row by
-row, each cut to its own length:
+largest input it accepts and allocates it up front: with a batch axis of 16 rows the fp32 program of albert-tiny
+took 1 GB; and with a static batch every reshape is XNNPACK's own. The engine runs a batch row by row, each cut
+to its own length:
 
 - ``forward(input_ids, attention_mask, token_type_ids)`` -> the head's outputs at full depth;
 - for a model with exits: ``embed(...)`` -> the first computed layer's input (N, S, H), and one
