@@ -74,7 +74,7 @@ def test_pte_holds_the_methods_and_the_shared_layer_once(exported):
     assert manifest["sizes_bytes"]["fp32"] < weights.stat().st_size + layer
     assert manifest["sizes_bytes"]["int8"] < 0.5 * manifest["sizes_bytes"]["fp32"]
     # one row per call: the memory planned for activations is a few of one row's largest tensors at the longest
-    # sequence (the FFN's S x I floats), not a batch's (16 rows planned 1 GB for albert-tiny)
+    # sequence (the FFN's S x I floats), not a batch's (16 rows planned 433 MiB for albert-tiny)
     one_row = TINY["max_position_embeddings"] * TINY["intermediate_size"] * 4
     assert 0 < manifest["planned_memory_bytes"]["fp32"] <= 8 * one_row, manifest["planned_memory_bytes"]
 
