@@ -393,12 +393,14 @@ def _exit_entry(model: nn.Module, variants: list[str]) -> dict[str, Any]:
 
 
 def _max_abs_diff(model: nn.Module, engine: ExecuTorchEngine, inputs: dict[str, torch.Tensor]) -> float:
-    """Largest |torch - program| over the forward's float outputs and, with exits, every layer's exit logits."""
+    """Largest |torch - program| over the ``forward`` method's float outputs (checked even where the engine's
+    full depth is the exit loop: an app may call it) and, with exits, every layer's exit logits."""
     from albertlm.deploy.inference import TorchEngine
 
     batch = {k: v.numpy() for k, v in inputs.items()}
     ref = TorchEngine(model, precision="fp32")
-    worst = max(float(np.abs(ref(batch)[k] - v).max()) for k, v in engine(batch).items() if v.dtype.kind == "f")
+    outputs = engine.forward_method(batch).items()
+    worst = max(float(np.abs(ref(batch)[k] - v).max()) for k, v in outputs if v.dtype.kind == "f")
     if engine.can_exit:
         ours, theirs = ref.exit_start(batch), engine.exit_start(batch)
         for layer in range(model.config.num_hidden_layers):
@@ -530,6 +532,10 @@ class ExecuTorchEngine(_Export):
             for layer in range(len(self.exit_graphs.group_of_layer)):
                 state, logits = self.exit_step(state, layer)
             return {"logits": logits.reshape(len(batch["input_ids"]), -1)}
+        return self.forward_method(batch)
+
+    def forward_method(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The program's ``forward`` method (loaded at its first call)."""
         if self._forward is None:
             sequence = {"last_hidden_state", "start_logits", "end_logits"}
             if self.architecture == "AlbertForTokenClassification":
