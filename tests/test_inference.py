@@ -209,6 +209,27 @@ def test_precision_auto_follows_the_cpu(monkeypatch):
         precision.resolve("int4", "cpu")
 
 
+def test_torch_engine_answers_in_eval_mode_and_gives_the_model_back(tmp_path):
+    """A model handed over while training (evaluation during fine-tuning) answers without dropout and is
+    training again afterwards; one loaded for inference stays in eval mode (the engine no longer walks the
+    modules on every call)."""
+    model = inference.load_torch_model(_model_dir("sst2", tmp_path))
+    model.config.hidden_dropout_prob = 0.5
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    engine = inference.TorchEngine(model, precision="fp32")
+    batch = {"input_ids": np.array([[2, 7, 9, 11, 3]]), "attention_mask": np.ones((1, 5), dtype=np.int64),
+             "token_type_ids": np.zeros((1, 5), dtype=np.int64)}  # fmt: skip
+    reference = engine(batch)["logits"]
+    model.train()
+    assert np.array_equal(engine(batch)["logits"], reference)
+    assert model.training and all(m.training for m in model.modules())
+    model.eval()
+    assert np.array_equal(engine(batch)["logits"], reference)
+    assert not any(m.training for m in model.modules())
+
+
 def test_long_qa_context_is_windowed_in_the_server(tmp_path):
     """A context of far more tokens than --max-seq-length is answered, not refused."""
     model = _model_dir("squad", tmp_path)
