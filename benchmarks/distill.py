@@ -132,7 +132,7 @@ def report(models: dict[str, Path], args: argparse.Namespace, log: list[str], tr
     for name, folder in models.items():
         m = json.loads((folder / "metrics.json").read_text())
         cfg = json.loads((folder / "config.json").read_text())
-        from albertlm.deploy.inference import load_torch_model
+        from albertlm.deploy.engines import load_torch_model
 
         rows[name] = {"accuracy": m["metrics"]["accuracy"], "steps": m["steps"], "train_seconds": m["train_seconds"],
                       "parameters": load_torch_model(folder).num_parameters(),

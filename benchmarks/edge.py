@@ -31,9 +31,9 @@ from timing import deny_amx, machine
 
 import albertlm
 from albertlm import AlbertConfig
+from albertlm.deploy.engines import OnnxEngine, TorchEngine
 from albertlm.deploy.executorch import ExecuTorchEngine, export_executorch
 from albertlm.deploy.export import export_onnx
-from albertlm.deploy.inference import OnnxEngine, TorchEngine
 
 LABELS = {0: "negative", 1: "positive"}
 

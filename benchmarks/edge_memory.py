@@ -48,10 +48,10 @@ if engine == "executorch":
     from albertlm.deploy.executorch import ExecuTorchEngine
     ExecuTorchEngine(folder, 1, precision)(feed)
 elif engine == "onnx":
-    from albertlm.deploy.inference import OnnxEngine
+    from albertlm.deploy.engines import OnnxEngine
     OnnxEngine(folder, 1, precision)(feed)
 elif engine == "torch":
-    from albertlm.deploy.inference import TorchEngine
+    from albertlm.deploy.engines import TorchEngine
     TorchEngine.load(folder, 1, precision=precision)(feed)
 elif engine == "imports-executorch":
     import albertlm

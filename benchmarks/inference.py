@@ -51,8 +51,9 @@ from timing import machine, torch_gemm_tflops, write_result
 
 import albertlm
 from albertlm import AlbertConfig
+from albertlm.deploy.engines import OnnxEngine, OnnxSession, OpenVinoEngine, OpenVinoSession, TorchEngine
 from albertlm.deploy.export import calibration_inputs, export_onnx, quantize_int8, quantize_openvino_int8
-from albertlm.deploy.inference import OnnxEngine, OnnxSession, OpenVinoEngine, OpenVinoSession, Predictor, TorchEngine
+from albertlm.deploy.inference import Predictor
 from albertlm.model import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def openvino_precisions() -> tuple[str, ...]:
     """OpenVINO's precisions worth timing here: bf16 only where the CPU computes it natively."""
     import openvino as ov
 
-    from albertlm.deploy.inference import cpu_has_bf16
+    from albertlm.deploy.engines import cpu_has_bf16
 
     return ("fp32", "bf16") if cpu_has_bf16(ov.Core()) else ("fp32",)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from albertlm.deploy.inference import ENGINES
+from albertlm.deploy.engines import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
 SST2_DEV = ROOT.parent / "shared" / "data" / "glue_sst2" / "dev.tsv"

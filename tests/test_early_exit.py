@@ -17,7 +17,8 @@ from albertlm import AlbertConfig, AlbertForMultipleChoice, AlbertForSequenceCla
 from albertlm.cli import main
 from albertlm.deploy import early_exit
 from albertlm.deploy.early_exit import ExitRule
-from albertlm.deploy.inference import Predictor, TorchEngine
+from albertlm.deploy.engines import TorchEngine
+from albertlm.deploy.inference import Predictor
 from albertlm.errors import UserError
 from albertlm.heads import depth_weighted
 from albertlm.research import exit_sweep

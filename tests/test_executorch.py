@@ -168,7 +168,7 @@ def test_predict_cli_on_the_pte(exported, tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the int8 gate (ONNX: fast to export)
 def test_gate_records_fp32_and_int8_and_a_failure_writes_nothing(model_dir, tmp_path, monkeypatch, capsys):
-    from albertlm.deploy.inference import OnnxEngine
+    from albertlm.deploy.engines import OnnxEngine
 
     out = tmp_path / "onnx"
     # a random tiny model's answers are near ties, so int8 moves a few of the 120: a wide limit to pass
@@ -265,7 +265,7 @@ def test_xnnpack_runs_whole_layers(model_dir):
     from torch.export import export
 
     from albertlm.deploy import executorch as ex
-    from albertlm.deploy.inference import load_torch_model
+    from albertlm.deploy.engines import load_torch_model
 
     model = ex._for_export(load_torch_model(model_dir))
     model.albert.embeddings.word_embeddings = ex.Int8Embedding(model.albert.embeddings.word_embeddings)

@@ -26,8 +26,9 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from albertlm import AlbertConfig  # noqa: E402
+from albertlm.deploy.engines import OnnxEngine, load_torch_model  # noqa: E402
 from albertlm.deploy.export import export_onnx, quantization_report  # noqa: E402
-from albertlm.deploy.inference import OnnxEngine, Predictor, load_torch_model  # noqa: E402
+from albertlm.deploy.inference import Predictor  # noqa: E402
 from albertlm.heads import HEADS  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -20,9 +20,10 @@ from fastapi.testclient import TestClient  # noqa: E402
 from test_export import deploy_artifacts, sst2, tiny_config  # noqa: E402
 
 from albertlm.cli import main  # noqa: E402
-from albertlm.deploy import inference  # noqa: E402
+from albertlm.deploy import engines  # noqa: E402
+from albertlm.deploy.engines import OpenVinoEngine, load_engine  # noqa: E402
 from albertlm.deploy.export import export_onnx  # noqa: E402
-from albertlm.deploy.inference import OpenVinoEngine, Predictor, load_engine  # noqa: E402
+from albertlm.deploy.inference import Predictor  # noqa: E402
 from albertlm.deploy.serve import create_app  # noqa: E402
 from albertlm.errors import UserError  # noqa: E402
 from albertlm.tasks import InferenceSettings, get_task, kind_of  # noqa: E402
@@ -149,7 +150,7 @@ def test_every_head_answers_the_same_everywhere(task, tmp_path, capsys):
     _same(ov_rows[:1] + ov_rows[2:], torch_rows)
     # and at its default precision, bf16 where the CPU computes bf16 natively
     ov = Predictor.load(tmp_path / "onnx", engine="openvino", threads=1)
-    assert ov.engine.precision == ("bf16" if inference.cpu_has_bf16(inference.require("openvino").Core()) else "fp32")
+    assert ov.engine.precision == ("bf16" if engines.cpu_has_bf16(engines.require("openvino").Core()) else "fp32")
     compared = _same_where_clear(ov.predict([ov.parse(x) for x in inputs]), torch_rows)
     kind = kind_of(get_task(task)).name
     if kind in ("classification", "tagging", "choice"):
@@ -213,12 +214,12 @@ def test_torch_engine_answers_in_eval_mode_and_gives_the_model_back(tmp_path):
     """A model handed over while training (evaluation during fine-tuning) answers without dropout and is
     training again afterwards; one loaded for inference stays in eval mode (the engine no longer walks the
     modules on every call)."""
-    model = inference.load_torch_model(_model_dir("sst2", tmp_path))
+    model = engines.load_torch_model(_model_dir("sst2", tmp_path))
     model.config.hidden_dropout_prob = 0.5
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.5
-    engine = inference.TorchEngine(model, precision="fp32")
+    engine = engines.TorchEngine(model, precision="fp32")
     batch = {"input_ids": np.array([[2, 7, 9, 11, 3]]), "attention_mask": np.ones((1, 5), dtype=np.int64),
              "token_type_ids": np.zeros((1, 5), dtype=np.int64)}  # fmt: skip
     reference = engine(batch)["logits"]
@@ -320,7 +321,7 @@ def test_openvino_precision_int8_and_missing_package(tmp_path, monkeypatch, caps
     with pytest.raises(UserError, match="--precision must be one of"):
         load_engine(out, "openvino", precision="fp16")
 
-    monkeypatch.setattr(inference, "cpu_has_bf16", lambda core: False)  # a CPU without native bf16
+    monkeypatch.setattr(engines, "cpu_has_bf16", lambda core: False)  # a CPU without native bf16
     default = OpenVinoEngine(out, threads=1)
     assert default.precision == "fp32"  # as the compiled model reports it
     with pytest.raises(UserError, match="does not compute bf16 natively"):

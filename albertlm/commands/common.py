@@ -74,7 +74,7 @@ def add_inference_flags(p: argparse.ArgumentParser) -> None:
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     """How a model is run (``EngineSettings``): shared by evaluate, predict and serve."""
     from albertlm.commands.flags import add_flags
-    from albertlm.deploy.inference import EngineSettings
+    from albertlm.deploy.engines import EngineSettings
 
     p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     add_flags(p, EngineSettings)
@@ -84,7 +84,7 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
 
 def engine_settings(args: argparse.Namespace):  # noqa: ANN201
     from albertlm.commands.flags import build
-    from albertlm.deploy.inference import EngineSettings
+    from albertlm.deploy.engines import EngineSettings
 
     return build(args, EngineSettings)
 

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from albertlm.commands.common import load_predictor
     from albertlm.commands.flags import build
-    from albertlm.deploy.inference import require
+    from albertlm.deploy.engines import require
     from albertlm.deploy.serve import BatchSettings
 
     batching = build(args, BatchSettings)  # checks the values before the model loads

@@ -174,7 +174,8 @@ def save_rule(model_dir: Path, rule: ExitRule) -> Path:
     """``rule`` becomes the model's default (config.json's task settings, rewritten atomically); predict,
     serve and export then use it. Returns the file written."""
     from albertlm.config import AlbertConfig
-    from albertlm.deploy.inference import TASK_KEY, architecture_of
+    from albertlm.deploy.engines import architecture_of
+    from albertlm.deploy.inference import TASK_KEY
 
     config = AlbertConfig.load(model_dir)
     config.extra[TASK_KEY] = {**(config.extra.get(TASK_KEY) or {}), **rule.settings()}

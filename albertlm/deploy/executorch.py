@@ -45,8 +45,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.deploy import early_exit
+from albertlm.deploy.engines import _Export, require
 from albertlm.deploy.exit_graphs import ExitEmbed, ExitLayer, stored_groups
-from albertlm.deploy.inference import _Export, require
 from albertlm.errors import DataError, UserError
 
 PTE_FILES = {"fp32": "model.pte", "int8": "model.int8.pte"}
@@ -306,6 +306,7 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
     import shutil
 
     from albertlm.card import CARD
+    from albertlm.deploy.engines import MANIFEST_FILE, architecture_of, load_torch_model
     from albertlm.deploy.export import (
         _check_request,
         _copy_tokenizer,
@@ -315,7 +316,6 @@ def export_executorch(model_dir: str | Path, out_dir: str | Path, quantize: str 
         measure_gate,
         sample_inputs,
     )
-    from albertlm.deploy.inference import MANIFEST_FILE, architecture_of, load_torch_model
     from albertlm.files import sha256
 
     require("executorch")
@@ -395,7 +395,7 @@ def _exit_entry(model: nn.Module, variants: list[str]) -> dict[str, Any]:
 def _max_abs_diff(model: nn.Module, engine: ExecuTorchEngine, inputs: dict[str, torch.Tensor]) -> float:
     """Largest |torch - program| over the ``forward`` method's float outputs (checked even where the engine's
     full depth is the exit loop: an app may call it) and, with exits, every layer's exit logits."""
-    from albertlm.deploy.inference import TorchEngine
+    from albertlm.deploy.engines import TorchEngine
 
     batch = {k: v.numpy() for k, v in inputs.items()}
     ref = TorchEngine(model, precision="fp32")
@@ -445,7 +445,7 @@ class _Method:
         self.rows, self.sequence = rows, sequence
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        from albertlm.deploy.inference import PerRow, graph_feeds
+        from albertlm.deploy.engines import PerRow, graph_feeds
 
         feeds = graph_feeds(batch, list(self.inputs))
         if self.rows == 1:

@@ -15,13 +15,13 @@ import torch
 from torch import nn
 
 from albertlm.config import AlbertConfig
+from albertlm.deploy.engines import OPENVINO_INT8, OnnxSession, TorchEngine, require
 from albertlm.deploy.export import (
     inline_shared_initializers,
     quantize_int8,
     quantize_openvino_int8,
     sample_inputs,
 )
-from albertlm.deploy.inference import OPENVINO_INT8, OnnxSession, TorchEngine, require
 from albertlm.deploy.onnx_fusion import fuse_for_onnxruntime, ort_attention
 
 EXIT_EMBED_FILE = "exit_embed.onnx"

@@ -54,7 +54,7 @@ from torch import nn
 
 from albertlm.card import CARD, read_card, update_card
 from albertlm.config import AlbertConfig
-from albertlm.deploy.inference import (
+from albertlm.deploy.engines import (
     MANIFEST_FILE,
     OPENVINO_INT8,
     OnnxSession,

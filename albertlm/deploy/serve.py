@@ -520,7 +520,7 @@ def create_app(predictor: Predictor, max_items: int = 32, max_request_bytes: int
     passes ``default_allowed_hosts`` of its --host; None answers any, for an app mounted behind another
     check). ``cors_origins``: the web origins granted CORS; none by default, so no page can read an answer."""
     from albertlm.deploy import routes_hf, routes_v2
-    from albertlm.deploy.inference import require
+    from albertlm.deploy.engines import require
 
     fastapi = require("fastapi")
     from fastapi import Request

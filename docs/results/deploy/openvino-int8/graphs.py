@@ -24,8 +24,8 @@ import inference as bench  # noqa: E402  (benchmarks/inference.py: the peer's bu
 
 import albertlm  # noqa: E402
 from albertlm.config import AlbertConfig  # noqa: E402
+from albertlm.deploy.engines import OpenVinoSession  # noqa: E402
 from albertlm.deploy.export import export_onnx, quantize_openvino_int8  # noqa: E402
-from albertlm.deploy.inference import OpenVinoSession  # noqa: E402
 
 
 def main(work: Path, out: Path) -> None:
