@@ -66,6 +66,7 @@ HF_AUTO = {
 LABEL_KEYS = ("labels", "start_positions", "end_positions", "is_impossible")  # gold answers: the teacher gets none
 STUDENT_LR = 1e-4  # a random-init student's default peak lr (TextBrewer's T4-tiny / T3 examples)
 LOSSES = ("soft", "hard", "hidden", "attention")
+STUDENT_INITS = ("random", "teacher-embeddings")
 
 
 @dataclass
@@ -102,6 +103,12 @@ class DistillSettings:
                                                          "min": 0, "max": 1})  # fmt: skip
     augment_neighbours: int = field(default=15, metadata={"help": "neighbours a replacement is drawn from "
                                                                   "(TinyBERT's K)", "min": 1})  # fmt: skip
+
+    student_init: str = field(default="random", metadata={
+        "help": "random (the preset's init), or teacher-embeddings: the student's E-wide word table starts as the "
+                "teacher's word table projected on its top E singular directions (U_E S_E of its SVD), so a preset "
+                "student begins with the teacher's lexicon; a preset student only",
+        "choices": STUDENT_INITS})
 
     mask_prob: float = field(default=0.0, metadata={
         "help": "--task general: share of the tokens both models see as [MASK] (0: the text as it is)",
@@ -471,6 +478,8 @@ class Distillation(FineTuning):
         if model.config.vocab_size < self.tok.vocab_size:
             raise UserError(f"the student's vocab ({model.config.vocab_size}) is smaller than the teacher's "
                             f"tokenizer ({self.tok.vocab_size}); the student uses the teacher's tokenizer")  # fmt: skip
+        if self.d.student_init == "teacher-embeddings":
+            embeddings_from_teacher(model, self.teacher)
         self.teacher.to(self.info.device)
         return DistillStudent(model, self.teacher, self.d)
 
@@ -498,6 +507,33 @@ class Distillation(FineTuning):
                     scores=final["metrics"], task=self.task.name, fresh=True, facts=facts)  # fmt: skip
 
 
+def check_student_init(d: DistillSettings, student: str) -> None:
+    if d.student_init != "random" and student not in PRESETS:
+        raise UserError(f"--student-init {d.student_init} starts a preset student; {student} is a model folder "
+                        "with weights of its own (leave out --student-init, or give a preset)")  # fmt: skip
+
+
+@torch.no_grad()
+def embeddings_from_teacher(student: nn.Module, teacher: Teacher) -> None:
+    """The student's (V, E) word table <- the teacher's (V, D) table on its top E singular directions.
+
+    W = U S V^T, and U_E S_E holds each word's coordinates along the E directions that carry most of the
+    table's variance: the best rank-E approximation of W (Eckart-Young) is U_E S_E V_E^T, so the student's
+    E -> H projection has the teacher's lexicon to start from, in the teacher's own scale. Rows past the
+    teacher's vocab keep their init."""
+    base = getattr(student, "albert", student)  # a task head's encoder, or an AlbertModel (--task general)
+    table = base.embeddings.word_embeddings.weight  # (V_s, E)
+    words = teacher.word_embeddings().detach().float().cpu()  # (V_t, D)
+    E, (V, D) = table.shape[1], words.shape
+    if E > D:
+        raise UserError(f"--student-init teacher-embeddings: the student's embedding size {E} is wider than the "
+                        f"teacher's {D}; give the student --set embedding_size={D} or less")  # fmt: skip
+    if V > table.shape[0]:
+        raise UserError(f"the student's vocab ({table.shape[0]}) is smaller than the teacher's word table ({V})")
+    U, S, _ = torch.linalg.svd(words, full_matrices=False)  # (V, D), (D,)
+    table[:V] = (U[:, :E] * S[:E]).to(table.dtype)
+
+
 def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out: Path, s: Settings,
             d: DistillSettings, overwrite: bool = False, resume: bool = False) -> dict:  # fmt: skip
     """Distil ``teacher_dir`` into ``student`` (a preset or a model folder) on ``data``; the kept student,
@@ -506,6 +542,7 @@ def distill(task: Any, data: Data, student: str, teacher_dir: str, tok: Any, out
     from albertlm.training.distributed import cleanup, init_distributed, same_settings
 
     check_out(out, student, overwrite, resume)
+    check_student_init(d, student)
     if s.lr is None and student in PRESETS:
         s = _with_lr(s, STUDENT_LR)
     arch = kind_of(data.task or task).architecture

@@ -34,7 +34,13 @@ from albertlm.errors import DataError, TrainingError, UserError
 from albertlm.files import write_text_atomic
 from albertlm.model import AlbertModel
 from albertlm.tokenizer import Tokenizer, load_tokenizer
-from albertlm.training.distill import DistillSettings, DistillStudent, Teacher
+from albertlm.training.distill import (
+    DistillSettings,
+    DistillStudent,
+    Teacher,
+    check_student_init,
+    embeddings_from_teacher,
+)
 from albertlm.training.finetune import CHECKPOINTS, OUTPUT_FILES, Settings, check_out
 from albertlm.training.optim import build_optimizer, build_scheduler
 from albertlm.training.steps import Stepper, to_device
@@ -95,6 +101,7 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
 
     check_out(out, student, overwrite, resume)
     _check_request(s, d)
+    check_student_init(d, student)
     d = replace(d, soft_weight=0.0, hard_weight=0.0)
     tok = load_tokenizer(teacher_dir)
     length = s.inference.max_seq_length or 128
@@ -108,6 +115,8 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
     torch.manual_seed(s.seed)
     model = _student(student, s, tok)
     teacher = Teacher.load(teacher_dir, "AlbertModel")
+    if d.student_init == "teacher-embeddings":
+        embeddings_from_teacher(model, teacher)
     info = init_distributed(s.device)
     if info.enabled:
         cleanup(info)

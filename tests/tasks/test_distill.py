@@ -216,6 +216,45 @@ def test_exits_learn_from_the_teacher(data, tmp_path):
     assert json.loads((out / "config.json").read_text())["exit_heads"] == "per-layer"
 
 
+def test_student_init_takes_the_teachers_lexicon(data, tmp_path, capsys):
+    """--student-init teacher-embeddings: the student's word table is the teacher's on its top E singular
+    directions (W V_E, computed here without the SVD's U), for a task head and for --task general's
+    AlbertModel; refused for an embedding wider than the teacher's and for a student folder."""
+    from albertlm.config import AlbertConfig
+    from albertlm.model import AlbertModel
+    from albertlm.training.distill import Teacher, embeddings_from_teacher
+
+    teacher_dir = make_teacher(tmp_path / "t", "classification", ["0", "1"])
+    teacher = Teacher.load(teacher_dir, "AlbertForSequenceClassification")
+    W = teacher.word_embeddings().detach()  # (V, 32)
+    directions = torch.linalg.svd(W, full_matrices=False)[2][:16]  # (16, 32): V_E^T
+    student = AlbertModel(AlbertConfig(vocab_size=W.shape[0] + 3, hidden_size=24, embedding_size=16,
+                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=48))  # fmt: skip
+    spare = student.embeddings.word_embeddings.weight[-3:].clone()
+    embeddings_from_teacher(student, teacher)
+    table = student.embeddings.word_embeddings.weight.detach()
+    torch.testing.assert_close(table[: W.shape[0]], W @ directions.T, atol=1e-5, rtol=1e-4)
+    assert torch.equal(table[-3:], spare)  # rows past the teacher's vocab keep their init
+    wide = AlbertModel(AlbertConfig(vocab_size=W.shape[0], hidden_size=24, embedding_size=48, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=48))  # fmt: skip
+    with pytest.raises(UserError, match="embedding size 48 is wider than the teacher's 32"):
+        embeddings_from_teacher(wide, teacher)
+
+    sst, out = _sst2_slice(data, tmp_path), tmp_path / "s"
+    args = ["distill", "--task", "sst2", "--data", str(sst), "--teacher", str(teacher_dir), *STUDENT, *FAST]
+    assert main([*args, "--out", str(out), "--student-init", "teacher-embeddings", "--lr", "1e-6"]) == 0
+    from safetensors.torch import load_file
+
+    learned = load_file(out / "model.safetensors")["albert.embeddings.word_embeddings.weight"][: W.shape[0]]
+    init = W @ directions.T
+    cosine = torch.nn.functional.cosine_similarity(learned.flatten(), init.flatten(), dim=0)
+    assert cosine > 0.99  # two steps at a tiny lr: still the teacher's table
+    assert main([*args, "--out", str(tmp_path / "o"), "--student-init", "teacher-embeddings", "--student",
+                 str(out)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "starts a preset student" in err and "Traceback" not in err
+
+
 def test_a_pretrained_bert_is_fine_tuned_first_then_reused(data, tmp_path, caplog):
     teacher = make_teacher(tmp_path / "bert", "base")
     sst, out = _sst2_slice(data, tmp_path), tmp_path / "s"
