@@ -500,7 +500,7 @@ class Distillation(FineTuning):
                  "layer map": " ".join(f"{s}:{t}" for s, t in self.model.pairs), "lr": self.s.lr,
                  "batch size": self.s.batch_size, "max_seq_length": self.s.inference.max_seq_length,
                  "seed": self.s.seed, "train file": self.data.train_path, "eval file": self.data.eval_path,
-                 "train seconds": f"{final['train_seconds']:.0f}"}  # fmt: skip
+                 "train seconds": f"{final['train_seconds']:.0f}", "student init": d.student_init}  # fmt: skip
         update_card(self.out, f"distilled on {self.task.name} from the teacher {self.teacher.path} for "
                     f"{final['steps']} steps ({losses}), the model of step {final['best_step']} kept",
                     datasets=(self.task.name,), base_model=None if self.model_arg in PRESETS else self.model_arg,

@@ -185,7 +185,8 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
         cleanup(info)
     final = {"task": "general", "teacher": teacher_dir, "student": student, "data": str(data),
              "train_sequences": len(train), "dev_sequences": len(dev), "steps": total, "batch_size": batch, "lr": lr,
-             "max_seq_length": length, "mask_prob": d.mask_prob, "seed": s.seed, "train_seconds": time.time() - t0,
+             "max_seq_length": length, "mask_prob": d.mask_prob, "student_init": d.student_init, "seed": s.seed,
+             "train_seconds": time.time() - t0,
              "student_parameters": model.num_parameters(), "losses": {k: v for k, v in d.losses().items() if v},
              "layer_pairs": module.pairs, "best_step": best["step"],
              "metrics": {"dev_loss": best["dev_loss"]}}  # fmt: skip
@@ -293,7 +294,7 @@ def _write_results(out: Path, final: dict[str, Any]) -> None:
                 base_model=None if student in PRESETS else student, fresh=True,
                 facts={"teacher": final["teacher"], "losses": losses_text, "mask prob": final["mask_prob"],
                        "lr": final["lr"], "batch size": final["batch_size"], "max_seq_length": final["max_seq_length"],
-                       "seed": final["seed"]})  # fmt: skip
+                       "seed": final["seed"], "student init": final["student_init"]})  # fmt: skip
 
 
 @torch.no_grad()
