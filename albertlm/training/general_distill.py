@@ -106,12 +106,7 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
     tok = load_tokenizer(teacher_dir)
     length = s.inference.max_seq_length or 128
     train, dev = _split(data, tok, length)
-    batch = s.batch_size or 32
-    per_epoch = math.ceil(len(train) / batch)
-    total = s.max_steps or max(1, math.ceil((s.epochs or 1.0) * per_epoch))
-    lr = s.lr or 1e-4  # TinyBERT's general distillation
-    warmup = s.warmup if s.warmup is not None else 0.1
-    warmup_steps = int(warmup * total) if warmup < 1 else int(min(warmup, total))
+    batch, per_epoch, total, lr, warmup_steps = _schedule(s, len(train))
     torch.manual_seed(s.seed)
     model = _student(student, s, tok)
     teacher = Teacher.load(teacher_dir, "AlbertModel")
@@ -193,6 +188,17 @@ def distill_general(data: str | Path, teacher_dir: str, student: str, out: Path,
     _write_results(out, final)
     tracker.finish(final["metrics"], best["step"])
     return final
+
+
+def _schedule(s: Settings, sequences: int) -> tuple[int, int, int, float, int]:
+    """Batch size, steps per pass, total steps, peak learning rate and warmup steps, from the settings' values
+    or general distillation's defaults (TinyBERT's: batch 32, lr 1e-4, a tenth of the steps warming up)."""
+    batch = s.batch_size or 32
+    per_epoch = math.ceil(sequences / batch)
+    total = s.max_steps or max(1, math.ceil((s.epochs or 1.0) * per_epoch))
+    warmup = s.warmup if s.warmup is not None else 0.1
+    warmup_steps = int(warmup * total) if warmup < 1 else int(min(warmup, total))
+    return batch, per_epoch, total, s.lr or 1e-4, warmup_steps
 
 
 def _check_request(s: Settings, d: DistillSettings) -> None:
