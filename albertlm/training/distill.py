@@ -508,6 +508,7 @@ class Distillation(FineTuning):
 
 
 def check_student_init(d: DistillSettings, student: str) -> None:
+    """Refuse ``--student-init`` for a student folder: it has trained weights, which an init would overwrite."""
     if d.student_init != "random" and student not in PRESETS:
         raise UserError(f"--student-init {d.student_init} starts a preset student; {student} is a model folder "
                         "with weights of its own (leave out --student-init, or give a preset)")  # fmt: skip
