@@ -271,8 +271,28 @@ def test_evaluate_scores_through_the_predictor(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[0])["accuracy"] == pytest.approx(accuracy)
 
 
+def _openvino_matmul_weights(xml: Path) -> list[np.ndarray]:
+    """The int8 weight tables of an OpenVINO IR that feed a MatMul (through their dequantizing Convert,
+    Subtract and Multiply), not the embedding tables a Gather reads."""
+    ov = pytest.importorskip("openvino")
+    found = []
+    for op in ov.Core().read_model(str(xml)).get_ops():
+        if op.get_type_name() != "Constant" or op.get_element_type() != ov.Type.i8:
+            continue
+        node = op
+        while node.get_type_name() in ("Constant", "Convert", "Subtract", "Multiply", "Reshape", "Transpose"):
+            consumers = [i.get_node() for o in node.outputs() for i in o.get_target_inputs()]
+            if len(consumers) != 1:
+                break
+            node = consumers[0]
+        if node.get_type_name() == "MatMul":
+            found.append(op.get_data())
+    return found
+
+
 def test_openvino_static_int8_from_calibration_inputs(tmp_path, capsys):
-    """--calibration writes NNCF's int8 IR; --engine openvino runs it by default, close to torch."""
+    """--calibration writes NNCF's int8 IR; --engine openvino runs it by default, close to torch; its matmul
+    weights stay within 7 bits, so a CPU without VNNI cannot saturate their products (the overflow fix)."""
     model = _model_dir("sst2", tmp_path)
     texts, _ = sst2("train_full.tsv", 60)
     calib = tmp_path / "calib.txt"
@@ -286,6 +306,8 @@ def test_openvino_static_int8_from_calibration_inputs(tmp_path, capsys):
     assert manifest["openvino_int8_calibration"]["batches"] == 40
     engine = load_engine(out, "openvino", threads=1)  # auto = the int8 file when the export has it
     assert engine.precision == "int8" and engine.path.name == "model.openvino-int8.xml"
+    matmul_weights = _openvino_matmul_weights(out / "model.openvino-int8.xml")
+    assert matmul_weights and all(abs(int(w.min())) <= 64 and int(w.max()) <= 64 for w in matmul_weights)
     held_out = texts[40:]
     ref = Predictor.load(model, precision="fp32").classify(held_out)
     got = Predictor.load(out, engine="openvino", threads=1, precision="int8").classify(held_out)
