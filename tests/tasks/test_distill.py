@@ -66,7 +66,7 @@ def _sst2_slice(data: Path, tmp: Path) -> Path:
 # ------------------------------------------------------------------------ the pieces against transformers
 def test_converted_bert_and_our_attention_read_match_transformers(tmp_path):
     from albertlm.convert.bert import load_bert
-    from albertlm.training.distill import AttentionCall, _capture_values, capture_attention
+    from albertlm.training.distill_losses import AttentionCall, capture_attention, capture_values
 
     teacher = make_teacher(tmp_path / "bert", "base", heads=4)
     hf = transformers.AutoModel.from_pretrained(str(teacher), attn_implementation="eager").eval()
@@ -75,7 +75,7 @@ def test_converted_bert_and_our_attention_read_match_transformers(tmp_path):
     assert left == []
     ids = torch.tensor([[2, 10, 11, 12, 3, 0], [2, 13, 14, 3, 0, 0]])
     mask = (ids != 0).long()
-    with torch.no_grad(), _capture_values(hf) as values:
+    with torch.no_grad(), capture_values(hf) as values:
         want = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
     with torch.no_grad(), capture_attention(ours) as calls:
         got = ours(ids, mask, output_hidden_states=True)
@@ -91,7 +91,7 @@ def test_converted_bert_and_our_attention_read_match_transformers(tmp_path):
 
 
 def test_layer_map_uniform_and_by_hand():
-    from albertlm.training.distill import layer_pairs
+    from albertlm.training.distill_losses import layer_pairs
 
     assert layer_pairs("uniform", 4, 12) == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12)]  # TinyBERT's g(m) = 3m
     assert layer_pairs("uniform", 4, 6) == [(0, 0), (1, 2), (2, 3), (3, 5), (4, 6)]
@@ -102,7 +102,7 @@ def test_layer_map_uniform_and_by_hand():
 
 
 def test_each_loss_vanishes_only_at_the_teacher():
-    from albertlm.training.distill import hidden_loss, relation_kl, soft_loss, value_relation
+    from albertlm.training.distill_losses import hidden_loss, relation_kl, soft_loss, value_relation
 
     g = torch.Generator().manual_seed(0)
     t, s = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)
