@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from albertlm.tokenizer import _START_PUNCT, load_tokenizer
+from albertlm.tokenizer import load_tokenizer
+from albertlm.tokenizer.base import _START_PUNCT
 
 CAUSES = {
     "special strings (<unk>, [MASK], ...)": r"<unk>|<pad>|\[MASK\]|\[CLS\]|\[SEP\]",

@@ -18,7 +18,8 @@ import pytest
 from shared_data import CORPUS, SHARED_CORPUS
 
 from albertlm.data.tokenizer_training import train_sentencepiece, train_wordpiece
-from albertlm.tokenizer import _DIGIT_COMMA, SentencePieceTokenizer, WordPieceTokenizer, load_tokenizer, preprocess_text
+from albertlm.tokenizer import SentencePieceTokenizer, WordPieceTokenizer, load_tokenizer, preprocess_text
+from albertlm.tokenizer.base import _DIGIT_COMMA
 
 SLICE_LINES = 1500  # per training file of the full corpus: enough for an 8000-piece model, seconds on 2 cores
 
