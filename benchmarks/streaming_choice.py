@@ -97,8 +97,9 @@ def ours_steps(n: int, world: int, batch: int, steps: int, seed: int, resume_at:
     global batch, unioned; a resume starts the sampler at the saved step, as a checkpoint does."""
     import torch
 
+    from albertlm.training.data_order import StepBatches
     from albertlm.training.distributed import DistInfo
-    from albertlm.training.pretrain import PretrainConfig, StepBatches
+    from albertlm.training.pretrain import PretrainConfig
 
     class Fixed:  # a build of n fixed instances
         def __len__(self) -> int:

@@ -16,7 +16,8 @@ import torch
 from safetensors.torch import load_file
 from shared_data import docstring_corpus
 
-from albertlm.training.pretrain import PretrainConfig, TrainingError, pretrain, rank_micro_batches
+from albertlm.training.data_order import rank_micro_batches
+from albertlm.training.pretrain import PretrainConfig, TrainingError, pretrain
 
 TINY = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, embedding_size=16, num_hidden_layers=2,
             hidden_dropout_prob=0.1)  # dropout on: resume must restore the RNG too
@@ -312,8 +313,8 @@ def test_epoch_boundaries_with_a_dataset_whose_length_changes():
     """Dynamic shards re-plan pairs each epoch, so the epoch length changes: every step stays full."""
     import torch as _torch
 
+    from albertlm.training.data_order import StepBatches
     from albertlm.training.distributed import DistInfo
-    from albertlm.training.pretrain import StepBatches
 
     class Replanned:
         sizes = {0: 20, 1: 13, 2: 17}
@@ -367,8 +368,8 @@ def test_the_samples_of_a_step_depend_on_seed_and_step_only_not_on_the_topology(
     the uninterrupted run does."""
     import torch as _torch
 
+    from albertlm.training.data_order import StepBatches
     from albertlm.training.distributed import DistInfo
-    from albertlm.training.pretrain import StepBatches
 
     class Replanned:
         sizes = {0: 50, 1: 37, 2: 61}

@@ -19,8 +19,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
 
     Dynamic mode re-plans pairs at ``set_epoch(e)`` from generators seeded ``(seed, shard, e)`` (random-B
     segments from any shard) and masks instance ``j`` with ``(seed, shard, e, j)``, so any worker can make
-    any item. The training loop (``train.StepBatches``) calls ``set_epoch`` before each epoch and reads items
-    in the main process; a ``torch.utils.data.DataLoader`` with non-persistent workers works too (the
+    any item. The training loop (``training.data_order.StepBatches``) calls ``set_epoch`` before each epoch
+    and reads items in the main process; a ``torch.utils.data.DataLoader`` with non-persistent workers works too (the
     dataset pickles without its memory maps, tested). Items are dicts of
     numpy arrays: ``input_ids``, ``token_type_ids``, ``labels`` (-100 = no prediction) and, except for
     task ``none``, ``sentence_order_label``. Static mode serves all stored dupe copies every epoch, as the
