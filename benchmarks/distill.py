@@ -19,7 +19,9 @@ show it; a step whose output folder is complete is skipped (the script resumes).
         --work runs/bench/distill --limit-train 20000 --json docs/results/distill/sst2.json
 
 ``--measure NAME=DIR ...`` skips the training and measures the model folders given (the first one named
-``teacher``: the others' share of its score), e.g. students made by other ``albertlm distill`` commands.
+``teacher``: the others' share of its score), e.g. students made by other ``albertlm distill`` commands;
+``--task`` names the task of ``--data`` (``--task chnsenticorp`` for the Chinese students), whose dev texts
+are the ones timed.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def latency(models: dict[str, Path], texts: list[str], threads: int, rounds: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="the GLUE SST-2 folder")
+    ap.add_argument("--data", required=True, help="the task's folder (GLUE SST-2 for the packaged English teacher)")
+    ap.add_argument("--task", default="sst2", help="the task of --data: its dev texts are what is timed")
     ap.add_argument("--work", type=Path, default=None, help="where the runs go (required unless --measure)")
     ap.add_argument("--limit-train", type=int, default=20000, help="the first N training sentences (0: all)")
     ap.add_argument("--teacher-epochs", type=float, default=1.0)
@@ -107,7 +110,7 @@ def main() -> None:
 def train(args: argparse.Namespace) -> tuple[dict[str, Path], list[str], float]:
     """The teacher fine-tuned, the student distilled and trained alone (each skipped when done)."""
     work, log = args.work, []
-    common = ["--task", "sst2", "--data", args.data, "--max-seq-length", str(args.max_seq_length), "--quiet",
+    common = ["--task", args.task, "--data", args.data, "--max-seq-length", str(args.max_seq_length), "--quiet",
               "--save-every", "200"]  # fmt: skip
     if args.limit_train:
         common += ["--limit-train", str(args.limit_train)]
@@ -138,12 +141,12 @@ def report(models: dict[str, Path], args: argparse.Namespace, log: list[str], tr
                       "parameters": load_torch_model(folder).num_parameters(),
                       "weights_mb": (folder / "model.safetensors").stat().st_size / 1e6,
                       "layers": cfg["num_hidden_layers"], "hidden_size": cfg["hidden_size"]}  # fmt: skip
-    dev, _ = read_split(get_task("sst2"), Path(args.data), "dev", RowPolicy())
+    dev, _ = read_split(get_task(args.task), Path(args.data), "dev", RowPolicy())
     times = latency(models, [ex.text_a for ex in dev], args.threads, args.rounds)
     for name, folder in models.items():
         rows[name]["int8_mb"] = (folder.parent / f"{folder.name}-onnx" / "model.int8.onnx").stat().st_size / 1e6
     result = {"machine": machine(), "threads": args.threads, "load_at_end": os.getloadavg(), "commands": log,
-              "limit_train": args.limit_train, "train_wall_seconds": train_s, "models": rows,
+              "task": args.task, "limit_train": args.limit_train, "train_wall_seconds": train_s, "models": rows,
               "latency": times}  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
