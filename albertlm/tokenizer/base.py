@@ -52,7 +52,7 @@ class Tokenizer(ABC):
     sep_id: int
     mask_id: int
     lowercase: bool
-    compat: str  # "original" (google-research/albert) or "transformers": see the module docstring
+    compat: str  # "original" (google-research/albert) or "transformers": see the package docstring (__init__.py)
     file: Path  # the vocabulary file this tokenizer was loaded from
     file_name: str  # the name HF expects it under: spiece.model or vocab.txt
     model_max_length: int = 512  # tokenizer_config.json's: where HF's pipelines truncate
